@@ -1,0 +1,1 @@
+"""Datasets for `tff_idp` experiments (embedded, no network access needed)."""

@@ -1,0 +1,44 @@
+"""Small Keras models and their TFF wrappers (deterministic initialisation)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+def build_logistic_regression(num_features: int, num_classes: int,
+                              seed: int = 0) -> tf.keras.Model:
+  """Multinomial logistic regression, the FedProx model for Synthetic(α, β)."""
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(num_features,)),
+      tf.keras.layers.Dense(
+          num_classes, kernel_initializer=tf.keras.initializers.GlorotUniform(seed),
+          bias_initializer="zeros"),
+  ])
+
+
+def build_mlp(num_features: int, num_classes: int, hidden: int = 32,
+              seed: int = 0) -> tf.keras.Model:
+  """One-hidden-layer perceptron."""
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(num_features,)),
+      tf.keras.layers.Dense(hidden, activation="relu",
+                            kernel_initializer=tf.keras.initializers.GlorotUniform(seed)),
+      tf.keras.layers.Dense(num_classes,
+                            kernel_initializer=tf.keras.initializers.GlorotUniform(seed + 1)),
+  ])
+
+
+def tff_model_fn(keras_builder: Callable[[], tf.keras.Model],
+                 input_spec) -> Callable[[], tff.learning.models.VariableModel]:
+  """A TFF ``model_fn`` (logits model, sparse categorical cross-entropy)."""
+
+  def model_fn() -> tff.learning.models.VariableModel:
+    return tff.learning.models.from_keras_model(
+        keras_builder(),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=input_spec,
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+
+  return model_fn

@@ -1,0 +1,1 @@
+"""IDP-FedAvg learning processes, the round driver and checkpointing."""

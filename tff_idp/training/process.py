@@ -1,0 +1,131 @@
+"""IDP-FedAvg as native TFF ``LearningProcess`` objects (IDP-FedAvg paper, Alg. 2).
+
+Four modes share one round loop and differ only in the process built here
+and the sampling rates the driver uses:
+
+* ``nonprivate``: FedAvg, example-weighted mean, no clipping or noise.
+* ``uniform``:    DP-FedAvg with adaptive clipping, one rate for everybody.
+* ``idp``:        DP-FedAvg with adaptive clipping and σ_SAMPLE; the
+                  individual rates live in the sampler (the aggregator is the
+                  same as for ``uniform``: sampling is the only difference).
+* ``scale``:      uniform sampling, per-group clip scales s_p at one shared
+                  noise level (see ``tff_idp.accounting.scale``). Its client
+                  data is ``OrderedDict(data=<dataset>, clip_scale=<dataset of one float32>)``
+                  (TFF requires client data to be sequences); see
+                  ``scaled_client_data``.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp.aggregators import AdaptiveClipDPMeanFactory
+
+ModelFn = Callable[[], tff.learning.models.VariableModel]
+
+
+def build_scaled_client_work(model_fn: ModelFn,
+                             client_optimizer: tff.learning.optimizers.Optimizer
+                             ) -> tff.learning.templates.ClientWorkProcess:
+  """Model-delta client work whose update weight is the client's clip scale.
+
+  Wraps TFF's ``build_model_delta_client_work`` (unweighted) and replaces the
+  update weight by ``client_data.clip_scale``, which the DP aggregator reads
+  as the client's clip scale s_i (SCALE baseline).
+  """
+  inner = tff.learning.templates.build_model_delta_client_work(
+      model_fn, client_optimizer, tff.learning.ClientWeighting.UNIFORM)
+  state_type, weights_type, data_type = inner.next.type_signature.parameter
+  client_data_type = tff.FederatedType(
+      tff.StructWithPythonType(
+          [("data", data_type.member), ("clip_scale", tff.SequenceType(np.float32))],
+          collections.OrderedDict),
+      tff.CLIENTS)
+  result_type = inner.next.type_signature.result.result.member
+
+  @tff.tensorflow.computation(result_type, tff.SequenceType(np.float32))
+  def with_clip_scale(result, clip_scale):
+    # TFF requires client data to be sequences, so the scale is a 1-element one.
+    scale = clip_scale.reduce(tf.constant(0.0), lambda _, x: x)
+    return tff.learning.templates.ClientResult(
+        update=result.update, update_weight=scale)
+
+  @tff.federated_computation(state_type, weights_type, client_data_type)
+  def next_fn(state, weights, client_data):
+    output = inner.next(state, weights, client_data.data)
+    result = tff.federated_map(with_clip_scale, (output.result, client_data.clip_scale))
+    return tff.templates.MeasuredProcessOutput(output.state, result, output.measurements)
+
+  return tff.learning.templates.ClientWorkProcess(
+      inner.initialize, next_fn, get_hparams_fn=inner.get_hparams,
+      set_hparams_fn=inner.set_hparams)
+
+
+def scaled_client_data(dataset: tf.data.Dataset, clip_scale: float
+                       ) -> collections.OrderedDict:
+  """Client input for the SCALE process: the data and the client's clip scale."""
+  return collections.OrderedDict(
+      data=dataset,
+      clip_scale=tf.data.Dataset.from_tensors(tf.constant(clip_scale, tf.float32)))
+
+
+def build_idp_fedavg_process(
+    model_fn: ModelFn, *,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    noise_multiplier: Optional[float],
+    expected_clients_per_round: float,
+    per_client_clip_scale: bool = False,
+    aggregator_kwargs: Optional[dict] = None,
+) -> tff.learning.templates.LearningProcess:
+  """IDP-FedAvg (Alg. 2) as a ``tff.learning.templates.LearningProcess``.
+
+  Args:
+    model_fn: builds a ``tff.learning.models.VariableModel``.
+    client_optimizer / server_optimizer: TFF optimizers (e.g. Adam / SGD 1.0).
+    noise_multiplier: σ_SAMPLE (or the uniform σ). ``None`` builds plain,
+      non-private FedAvg.
+    expected_clients_per_round: Σ_i q_i, the DP mean's fixed normaliser.
+    per_client_clip_scale: SCALE: client data carries ``clip_scale``.
+    aggregator_kwargs: passed to ``AdaptiveClipDPMeanFactory`` (initial_clip,
+      target_unclipped_quantile, clip_learning_rate, clipped_count_stddev,
+      noise_seed).
+  """
+  if noise_multiplier is None:
+    if per_client_clip_scale:
+      raise ValueError("per-client clip scales need a noise multiplier (SCALE is DP).")
+    return tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer, server_optimizer,
+        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+  aggregator = AdaptiveClipDPMeanFactory(
+      noise_multiplier, expected_clients_per_round, **(aggregator_kwargs or {}))
+  if not per_client_clip_scale:
+    return tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer, server_optimizer,
+        client_weighting=tff.learning.ClientWeighting.UNIFORM,
+        model_aggregator=aggregator)
+  client_work = build_scaled_client_work(model_fn, client_optimizer)
+  with tf.Graph().as_default():
+    weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  initial_weights_fn = _initial_model_weights_fn(model_fn)
+  return tff.learning.templates.compose_learning_process(
+      initial_weights_fn,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_work,
+      aggregator.create(weights_type.trainable, tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                              weights_type))
+
+
+def _initial_model_weights_fn(model_fn: ModelFn):
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    model = model_fn()
+    return tff.learning.models.ModelWeights.from_model(model)
+
+  return initial_model_weights_fn
