@@ -51,4 +51,13 @@ def epsilon(q: float, sigma: float, rounds: int, delta: float,
     return 0.0
   acc = make_accountant(accountant, pld_discretization)
   acc.compose(dp_event(min(q, 1.0), sigma, rounds))
-  return float(acc.get_epsilon(delta))
+  try:
+    return float(acc.get_epsilon(delta))
+  except ValueError as e:
+    # At q below ~1e-7 dp-accounting's RDP can round to a tiny negative value,
+    # which its get_epsilon rejects; name the cause instead of passing that on.
+    raise ValueError(
+        f"dp-accounting's {accountant!r} accountant cannot evaluate ε at sampling "
+        f"rate q={q:.3g} (σ={sigma:.4g}, {rounds} rounds, δ={delta:g}): {e} Rates "
+        "this small are numerically unreliable and useless in practice; raise the "
+        "group's ε or clients_per_round, or lower the rounds.") from e

@@ -249,7 +249,7 @@ def get_group_sampling_rates(
 
   def result(sigma, rates, achieved):
     for e_t, e_a, n in zip(eps, achieved, sizes):
-      if n > 0 and e_a > e_t:
+      if e_a > e_t:
         raise RuntimeError(
             f"verification failed: a group with ε={e_t} reached ε={e_a}; "
             "refusing to return an over-budget calibration.")
@@ -276,11 +276,19 @@ def get_group_sampling_rates(
   rtol = _SEARCH_RTOL[accountant]
   hints: dict[int, float] = {}
 
-  def rates_at(sigma: float) -> np.ndarray:
+  def rates_at(sigma: float, lenient: bool = False) -> np.ndarray:
     rates = np.full(len(eps), max_rate)
     for p in np.flatnonzero(finite):
-      rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn,
-                                     max_rate, hints.get(p), rtol)
+      try:
+        rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn,
+                                       max_rate, hints.get(p), rtol)
+      except InfeasibleBudgetError:
+        if not lenient:
+          raise
+        # Only while bracketing σ: the group would need q < MIN_SAMPLING_RATE
+        # at this trial σ, i.e. adds < N·1e-9 expected clients; count it as 0.
+        rates[p] = 0.0
+        continue
       hints[p] = rates[p]
     return rates
 
@@ -289,7 +297,7 @@ def get_group_sampling_rates(
   def excess(log_sigma: float) -> float:
     if log_sigma not in excess_cache:
       excess_cache[log_sigma] = float(
-          np.dot(sizes, rates_at(math.exp(log_sigma)))) - c
+          np.dot(sizes, rates_at(math.exp(log_sigma), lenient=True))) - c
     return excess_cache[log_sigma]
 
   if accountant == "pld":
@@ -322,7 +330,11 @@ def get_group_sampling_rates(
                                      xtol=max(rtol, 1e-6), rtol=1e-12))
   rates = rates_at(sigma)
   achieved = np.where(sizes > 0, math.inf, 0.0)
-  for p in np.flatnonzero(finite):
+  # Empty groups with a finite budget get the rate such a client would have.
+  for p in np.flatnonzero(np.isfinite(eps) & (sizes == 0)):
+    rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn, max_rate,
+                                   rtol=rtol)
+  for p in np.flatnonzero(np.isfinite(eps)):
     rates[p], achieved[p] = _tighten_rate(rates[p], eps[p], sigma, rounds, delta,
                                           accountant)
   return result(sigma, rates, achieved)

@@ -1,0 +1,1 @@
+"""absl entry modules: one per experiment family."""

@@ -1,0 +1,82 @@
+"""Poisson client sampler and privacy-group assignment (statistical tests are seeded).
+
+Tolerances are 5 binomial standard deviations: a correct sampler fails a
+single check with probability below 6e-7 for an unseeded draw; with fixed
+seeds the outcome is deterministic.
+"""
+import numpy as np
+import pytest
+
+from tff_idp import sampling
+
+
+def test_participation_frequencies_match_individual_rates():
+  rates = np.array([0.0, 0.003, 0.01, 0.05, 0.2, 0.5, 1.0] * 50)
+  ids = [f"c{i}" for i in range(rates.size)]
+  sampler = sampling.PoissonClientSampler(ids, rates, seed=123)
+  rounds = 4000
+  counts = np.zeros(rates.size)
+  sizes = []
+  for _ in range(rounds):
+    mask = sampler.sample_mask()
+    counts += mask
+    sizes.append(mask.sum())
+  # Per rate level, pool the 50 clients that share it.
+  for level in np.unique(rates):
+    sel = rates == level
+    n = rounds * sel.sum()
+    freq = counts[sel].sum() / n
+    tol = 5 * np.sqrt(level * (1 - level) / n) + 1e-12
+    assert abs(freq - level) <= tol, (level, freq)
+  # Cohort size varies and averages Σ q_i.
+  assert np.std(sizes) > 1
+  assert abs(np.mean(sizes) - rates.sum()) <= 5 * np.sqrt(
+      np.sum(rates * (1 - rates)) / rounds)
+
+
+def test_state_roundtrip_reproduces_future_cohorts():
+  ids = [str(i) for i in range(500)]
+  a = sampling.PoissonClientSampler(ids, np.full(500, 0.05), seed=7)
+  for _ in range(3):
+    a.sample()
+  state = a.get_state()
+  expected = [a.sample() for _ in range(5)]
+  b = sampling.PoissonClientSampler(ids, np.full(500, 0.05), seed=999)
+  b.set_state(state)
+  assert [b.sample() for _ in range(5)] == expected
+
+
+def test_same_seed_same_cohorts_different_seed_different():
+  ids = [str(i) for i in range(300)]
+  draw = lambda s: [sampling.PoissonClientSampler(ids, np.full(300, 0.1), s).sample()
+                    for _ in range(1)]
+  assert draw(1) == draw(1)
+  assert draw(1) != draw(2)
+
+
+def test_group_assignment_has_exact_sizes_and_is_seeded():
+  groups = sampling.assign_privacy_groups(3383, [0.34, 0.43, 0.23], seed=0)
+  assert np.bincount(groups).tolist() == [1150, 1455, 778]
+  assert np.array_equal(groups, sampling.assign_privacy_groups(3383, [0.34, 0.43, 0.23], 0))
+  assert not np.array_equal(groups, sampling.assign_privacy_groups(3383, [0.34, 0.43, 0.23], 1))
+
+
+def test_from_groups_maps_group_rates_to_clients():
+  s = sampling.PoissonClientSampler.from_groups(["a", "b", "c"], [0, 1, 0], [0.1, 0.7], 0)
+  assert s.rates.tolist() == [0.1, 0.7, 0.1]
+  assert s.expected_clients_per_round == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("rates,match", [
+    ([0.1, 0.2], "one sampling rate per client"),
+    ([0.1, 1.5, 0.2], r"\[0, 1\]"),
+    ([0.1, -0.1, 0.2], r"\[0, 1\]"),
+])
+def test_bad_rates_are_rejected(rates, match):
+  with pytest.raises(ValueError, match=match):
+    sampling.PoissonClientSampler(["a", "b", "c"], rates, 0)
+
+
+def test_uniform_sampler_rejects_more_clients_per_round_than_clients():
+  with pytest.raises(ValueError, match="exceeds num_clients"):
+    sampling.PoissonClientSampler.uniform(["a", "b"], 3, 0)

@@ -1,0 +1,141 @@
+"""Round driver: exact resume, ledger enforcement, checkpoint safety (small TFF runs)."""
+import collections
+import warnings
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+tff = pytest.importorskip("tensorflow_federated")
+
+from datasets import synthetic  # pylint: disable=g-import-not-at-top
+from tff_idp import models
+from tff_idp.accounting import ledger as ledger_lib
+from tff_idp.sampling import PoissonClientSampler
+from tff_idp.training import checkpoint
+from tff_idp.training import privacy_plan
+from tff_idp.training.driver import RoundDriver
+from tff_idp.training.metrics import read_metrics
+from tff_idp.training.process import build_idp_fedavg_process
+
+pytestmark = pytest.mark.usefixtures("tff_runtime")
+
+NUM_CLIENTS, COHORT, ROUNDS = 40, 8, 4
+BUDGETS = [4.0, 8.0]
+
+
+@pytest.fixture(scope="module")
+def setup():
+  train, _, central = synthetic.load_synthetic(
+      synthetic.SyntheticConfig(num_clients=NUM_CLIENTS, iid=True, seed=3))
+  test = next(iter(central.batch(100000)))
+  builder = lambda: models.build_logistic_regression(60, 10, seed=0)
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 60], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  plan_args = dict(budgets=BUDGETS, num_clients=NUM_CLIENTS, clients_per_round=COHORT,
+                   rounds=ROUNDS, delta=1e-3, accountant="rdp", seed=0)
+  plan = privacy_plan.make_privacy_plan(
+      privacy_plan.parse_run_spec("50-50", [0.5, 0.5], 2), **plan_args)
+  process = build_idp_fedavg_process(
+      models.tff_model_fn(builder, spec),
+      client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      noise_multiplier=plan.noise_multiplier,
+      expected_clients_per_round=plan.expected_clients_per_round,
+      aggregator_kwargs=dict(noise_seed=42, clipped_count_stddev=2.0))
+
+  def evaluate(weights):
+    model = builder()
+    weights.assign_weights_to(model)
+    logits = model(test["x"]).numpy()
+    return {"accuracy": float(np.mean(np.argmax(logits, -1) == test["y"].numpy()))}
+
+  return dict(train=train, plan=plan, plan_args=plan_args, process=process,
+              evaluate=evaluate)
+
+
+def _driver(setup, out_dir, fail_at_round=None, allow_overrun=False, calibrated=ROUNDS):
+  train, plan = setup["train"], setup["plan"]
+
+  def client_input(cid, round_num):
+    if round_num == fail_at_round:
+      raise KeyboardInterrupt("simulated kill")
+    return train.create_tf_dataset_for_client(cid).shuffle(
+        64, seed=round_num).batch(16)
+
+  ledger = ledger_lib.PrivacyLedger(
+      plan.ledger.target_epsilons, plan.ledger.sampling_rates,
+      plan.ledger.noise_multipliers, plan.ledger.delta, calibrated, "rdp",
+      allow_overrun=allow_overrun)
+  return RoundDriver(
+      process=setup["process"],
+      sampler=PoissonClientSampler(train.client_ids, plan.client_rates, seed=5),
+      client_input_fn=client_input, output_dir=str(out_dir), ledger=ledger,
+      group_names=["eps4", "eps8"], evaluate_fn=setup["evaluate"], eval_every=1,
+      checkpoint_every=2, run_fingerprint=plan.summary(), progress=False,
+      tensorboard=False)
+
+
+def _comparable(rows):
+  return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+
+def test_killed_and_resumed_run_equals_uninterrupted_run(setup, tmp_path):
+  straight = _driver(setup, tmp_path / "straight")
+  straight.run(ROUNDS)
+  expected = read_metrics(tmp_path / "straight" / "metrics.csv")
+
+  interrupted = _driver(setup, tmp_path / "resumed", fail_at_round=4)
+  with pytest.raises(KeyboardInterrupt):
+    interrupted.run(ROUNDS)  # rounds 1-3 ran; the last checkpoint is round 2
+  assert checkpoint.latest_round(str(tmp_path / "resumed" / "checkpoints")) == 2
+  assert len(read_metrics(tmp_path / "resumed" / "metrics.csv")) == 3
+
+  resumed = _driver(setup, tmp_path / "resumed")
+  resumed.run(ROUNDS)
+  got = read_metrics(tmp_path / "resumed" / "metrics.csv")
+  assert [r["round"] for r in got] == [1, 2, 3, 4]
+  for e, g in zip(_comparable(expected), _comparable(got)):
+    assert e.keys() == g.keys()
+    for k in e:
+      if e[k] is None:
+        assert g[k] is None, k
+      else:
+        assert g[k] == pytest.approx(e[k], rel=1e-5, abs=1e-7), (k, e["round"])
+  # Spent privacy was restored, not reset.
+  assert resumed.ledger.rounds_done == ROUNDS
+  assert got[-1]["epsilon_eps4"] == pytest.approx(resumed.ledger.spent()[0])
+  assert got[-1]["epsilon_eps4"] <= BUDGETS[0]
+
+
+def test_ledger_refuses_to_run_past_calibrated_rounds(setup, tmp_path):
+  driver = _driver(setup, tmp_path, calibrated=2)
+  with pytest.raises(ledger_lib.BudgetExhaustedError, match="calibrated for 2 rounds"):
+    driver.run(3)
+  assert checkpoint.latest_round(str(tmp_path / "checkpoints")) is None
+
+
+def test_overrun_when_allowed_is_reported(setup, tmp_path):
+  driver = _driver(setup, tmp_path, calibrated=1, allow_overrun=True)
+  with pytest.warns(ledger_lib.BudgetOverrunWarning):
+    driver.run(2)
+  rows = read_metrics(tmp_path / "metrics.csv")
+  assert rows[-1]["epsilon_eps4"] > BUDGETS[0] or driver.ledger.spent()[0] > rows[0]["epsilon_eps4"]
+  assert driver.ledger.rounds_done == 2
+
+
+def test_checkpoint_from_other_calibration_is_refused(setup, tmp_path):
+  _driver(setup, tmp_path).run(2)
+  other = _driver(setup, tmp_path)
+  other.run_fingerprint = {"different": True}
+  other.__post_init__()
+  with pytest.raises(checkpoint.CheckpointMismatchError, match="other"):
+    other.run(ROUNDS)
+
+
+def test_corrupt_checkpoint_gives_clear_error(setup, tmp_path):
+  _driver(setup, tmp_path).run(2)
+  npz = tmp_path / "checkpoints" / "ckpt_000002.npz"
+  npz.write_bytes(b"not a checkpoint")
+  with pytest.raises(checkpoint.CheckpointMismatchError, match="corrupt"):
+    _driver(setup, tmp_path).run(ROUNDS)

@@ -1,0 +1,64 @@
+"""IDP-FedAvg LearningProcess builders: type signatures and one round per mode."""
+import collections
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+tff = pytest.importorskip("tensorflow_federated")
+
+from tff_idp import models  # pylint: disable=g-import-not-at-top
+from tff_idp.training import process as process_lib
+
+pytestmark = pytest.mark.usefixtures("tff_runtime")
+
+SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 4], tf.float32),
+                               y=tf.TensorSpec([None], tf.int32))
+MODEL_FN = models.tff_model_fn(lambda: models.build_logistic_regression(4, 3), SPEC)
+
+
+def _dataset(seed):
+  rng = np.random.default_rng(seed)
+  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=rng.normal(size=(12, 4)).astype(np.float32),
+      y=rng.integers(0, 3, 12).astype(np.int32))).batch(4)
+
+
+def _build(noise, scale=False):
+  return process_lib.build_idp_fedavg_process(
+      MODEL_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      noise_multiplier=noise, expected_clients_per_round=10,
+      per_client_clip_scale=scale, aggregator_kwargs=dict(noise_seed=0))
+
+
+def test_dp_process_is_a_learning_process_with_expected_types():
+  p = _build(0.5)
+  assert isinstance(p, tff.learning.templates.LearningProcess)
+  data_type = p.next.type_signature.parameter[1]
+  assert str(data_type) == "{<x=float32[?,4],y=int32[?]>*}@CLIENTS"
+  agg_metrics = p.next.type_signature.result.metrics.member["aggregator"]
+  assert str(agg_metrics) == ("<clip=float32,noise_std=float32,mean_noise_std=float32,"
+                              "unclipped_fraction=float32,num_clients=float32>")
+
+
+def test_scale_process_takes_clip_scales_with_the_data():
+  p = _build(0.5, scale=True)
+  assert str(p.next.type_signature.parameter[1]) == (
+      "{<data=<x=float32[?,4],y=int32[?]>*,clip_scale=float32*>}@CLIENTS")
+  state = p.initialize()
+  out = p.next(state, [process_lib.scaled_client_data(_dataset(i), s)
+                       for i, s in enumerate([0.5, 1.0])])
+  assert out.metrics["aggregator"]["num_clients"] == 2
+
+
+def test_nonprivate_process_runs_and_has_no_dp_measurements():
+  p = _build(None)
+  out = p.next(p.initialize(), [_dataset(0), _dataset(1)])
+  assert "clip" not in out.metrics["aggregator"]
+  assert out.metrics["client_work"]["train"]["num_examples"] == 24
+
+
+def test_scale_without_noise_is_rejected():
+  with pytest.raises(ValueError, match="SCALE is DP"):
+    _build(None, scale=True)

@@ -1,0 +1,183 @@
+"""The round loop shared by every mode (IDP-FedAvg Alg. 2, outer loop).
+
+Each round: ask the ledger whether another round is within budget, Poisson-
+sample the cohort, run ``process.next``, record the round in the ledger, log
+metrics, evaluate every ``eval_every`` rounds and checkpoint every
+``checkpoint_every`` rounds. ``run`` resumes from the newest checkpoint in
+``output_dir`` when there is one, restoring the process state, the sampler's
+RNG, the round number and the ledger, so a resumed run reproduces the
+uninterrupted one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import tqdm
+
+from tff_idp.accounting.ledger import PrivacyLedger
+from tff_idp.sampling import PoissonClientSampler
+from tff_idp.training import checkpoint
+from tff_idp.training.metrics import MetricsWriter
+
+ClientInputFn = Callable[[str, int], Any]
+EvaluateFn = Callable[[Any], dict]
+
+BASE_FIELDS = ["round", "clients_sampled", "train_loss", "train_accuracy", "clip",
+               "noise_std", "mean_noise_std", "unclipped_fraction", "eval_loss",
+               "eval_accuracy", "seconds"]
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict:
+  out = {}
+  if hasattr(tree, "items"):
+    for k, v in tree.items():
+      out.update(_flatten(v, f"{prefix}{k}/"))
+  elif np.ndim(tree) == 0 and not isinstance(tree, (tuple, list)):
+    try:
+      out[prefix[:-1]] = float(tree)
+    except (TypeError, ValueError):
+      pass
+  return out
+
+
+def _pick(flat: dict, suffix: str) -> Optional[float]:
+  for k, v in flat.items():
+    if k.endswith(suffix):
+      return v
+  return None
+
+
+@dataclasses.dataclass
+class RoundDriver:
+  """Runs a ``tff.learning.templates.LearningProcess`` for a number of rounds.
+
+  Attributes:
+    process: any LearningProcess whose ``next`` takes a list of client inputs.
+    sampler: who participates in each round.
+    client_input_fn: ``(client_id, round) -> client input`` (e.g. a dataset).
+    output_dir: metrics.csv, tensorboard/, checkpoints/ go here.
+    ledger: privacy ledger (None for non-private runs).
+    group_names: names of the ledger's groups, for metric columns.
+    evaluate_fn: ``model_weights -> {"loss": .., "accuracy": ..}``.
+    eval_every / checkpoint_every: in rounds (the last round always does both).
+    run_fingerprint: anything identifying the calibration; a checkpoint made
+      under another fingerprint is refused.
+    progress: show a tqdm progress bar.
+  """
+  process: Any
+  sampler: PoissonClientSampler
+  client_input_fn: ClientInputFn
+  output_dir: str
+  ledger: Optional[PrivacyLedger] = None
+  group_names: Sequence[str] = ()
+  evaluate_fn: Optional[EvaluateFn] = None
+  eval_every: int = 10
+  checkpoint_every: int = 10
+  run_fingerprint: Any = None
+  progress: bool = True
+  tensorboard: bool = True
+
+  def __post_init__(self):
+    if self.eval_every < 1 or self.checkpoint_every < 1:
+      raise ValueError("eval_every and checkpoint_every must be >= 1.")
+    if self.ledger is not None and len(self.group_names) != self.ledger.num_groups:
+      self.group_names = [f"group{p}" for p in range(self.ledger.num_groups)]
+    self._fingerprint = hashlib.sha256(
+        json.dumps(self.run_fingerprint, sort_keys=True, default=str).encode()
+    ).hexdigest()[:16]
+
+  @property
+  def checkpoint_dir(self) -> str:
+    return os.path.join(self.output_dir, "checkpoints")
+
+  def _fields(self) -> list[str]:
+    return BASE_FIELDS + [f"epsilon_{g}" for g in self.group_names]
+
+  def _restore(self, template: Any) -> tuple[Any, int]:
+    last = checkpoint.latest_round(self.checkpoint_dir)
+    if last is None:
+      return template, 0
+    state, meta = checkpoint.load(self.checkpoint_dir, last, template)
+    if meta.get("fingerprint") != self._fingerprint:
+      raise checkpoint.CheckpointMismatchError(
+          f"the checkpoint in {self.checkpoint_dir} was made by a run with other "
+          "privacy/training parameters; resuming it would misreport privacy. Use a "
+          "fresh output directory, or the original parameters.")
+    self.sampler.set_state(meta["sampler"])
+    if self.ledger is not None:
+      self.ledger.set_state(meta["ledger"])
+    logging.info("resumed from round %d (%s)", last, self.checkpoint_dir)
+    return state, last
+
+  def _save(self, state: Any, round_num: int) -> None:
+    checkpoint.save(self.checkpoint_dir, round_num, state, {
+        "fingerprint": self._fingerprint,
+        "sampler": self.sampler.get_state(),
+        "ledger": self.ledger.get_state() if self.ledger is not None else None,
+    })
+
+  def run(self, total_rounds: int) -> tuple[Any, list[dict]]:
+    """Runs (or resumes) until ``total_rounds``; returns (state, metric rows)."""
+    if self.ledger is not None:
+      self.ledger.check_can_run(0)
+      if total_rounds > self.ledger.calibrated_rounds and not self.ledger.allow_overrun:
+        self.ledger.check_can_run(total_rounds - self.ledger.rounds_done)
+    state, start = self._restore(self.process.initialize())
+    writer = MetricsWriter(self.output_dir, self._fields(), resume_after_round=start,
+                           tensorboard=self.tensorboard)
+    rows: list[dict] = []
+    bar = tqdm.tqdm(total=total_rounds, initial=start, disable=not self.progress,
+                    desc=os.path.basename(os.path.normpath(self.output_dir)),
+                    unit="round", dynamic_ncols=True)
+    try:
+      for round_num in range(start + 1, total_rounds + 1):
+        if self.ledger is not None:
+          self.ledger.check_can_run(1)
+        t0 = time.perf_counter()
+        cohort = self.sampler.sample()
+        inputs = [self.client_input_fn(cid, round_num) for cid in cohort]
+        output = self.process.next(state, inputs)
+        state = output.state
+        if self.ledger is not None:
+          self.ledger.record_round()
+        flat = _flatten(output.metrics)
+        row = {
+            "round": round_num,
+            "clients_sampled": len(cohort),
+            "train_loss": _pick(flat, "train/loss"),
+            "train_accuracy": _pick(flat, "train/sparse_categorical_accuracy"),
+            "clip": _pick(flat, "aggregator/clip"),
+            "noise_std": _pick(flat, "aggregator/noise_std"),
+            "mean_noise_std": _pick(flat, "aggregator/mean_noise_std"),
+            "unclipped_fraction": _pick(flat, "aggregator/unclipped_fraction"),
+        }
+        if self.ledger is not None:
+          for name, eps in zip(self.group_names, self.ledger.spent()):
+            row[f"epsilon_{name}"] = eps
+        if self.evaluate_fn is not None and (
+            round_num % self.eval_every == 0 or round_num == total_rounds):
+          result = self.evaluate_fn(self.process.get_model_weights(state))
+          row["eval_loss"] = result.get("loss")
+          row["eval_accuracy"] = result.get("accuracy")
+        row["seconds"] = time.perf_counter() - t0
+        writer.write(row)
+        rows.append(row)
+        if round_num % self.checkpoint_every == 0 or round_num == total_rounds:
+          self._save(state, round_num)
+        bar.update(1)
+        postfix = {"clients": len(cohort)}
+        if row.get("eval_accuracy") is not None:
+          postfix["acc"] = f"{row['eval_accuracy']:.3f}"
+        bar.set_postfix(postfix)
+    finally:
+      bar.close()
+      writer.close()
+    return state, rows
