@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_idp import aggregators
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training import privacy_plan
 from tff_idp.training.driver import RoundDriver
@@ -92,6 +93,30 @@ def keras_evaluator(keras_builder: Callable[[], tf.keras.Model],
             "accuracy": float(np.mean(np.argmax(logits, -1) == test_y))}
 
   return evaluate
+
+
+def validate(config: TrainingConfig, num_clients: int) -> None:
+  """Checks every run spec and calibration before any training starts.
+
+  Raises ValueError with a message saying what to change, so a bad flag fails
+  in seconds rather than after the first runs have trained.
+  """
+  if not config.runs:
+    raise ValueError("--runs is empty; give at least one run spec.")
+  if not config.seeds:
+    raise ValueError("--seeds is empty; give at least one seed.")
+  for text in config.runs:
+    spec = privacy_plan.parse_run_spec(text, config.ratios, len(config.budgets))
+    plan = privacy_plan.make_privacy_plan(
+        spec, config.budgets, num_clients, config.clients_per_round, config.rounds,
+        config.delta, config.accountant, config.seeds[0], config.allow_overrun,
+        config.max_rate)
+    if plan.noise_multiplier is not None:
+      # Adaptive clipping needs σ < 2σ_b (raises with advice otherwise).
+      aggregators.value_noise_multiplier(
+          plan.noise_multiplier,
+          aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION
+          * plan.expected_clients_per_round)
 
 
 def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,

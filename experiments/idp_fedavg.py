@@ -85,9 +85,13 @@ def main(argv):
       eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value,
       allow_overrun=_ALLOW_OVERRUN.value, max_rate=_MAX_RATE.value,
       progress=_PROGRESS.value)
-  data_config = synthetic.SyntheticConfig(
-      num_clients=_NUM_CLIENTS.value, alpha=_ALPHA.value, beta=_BETA.value,
-      iid=_IID.value, seed=_DATA_SEED.value)
+  try:
+    data_config = synthetic.SyntheticConfig(
+        num_clients=_NUM_CLIENTS.value, alpha=_ALPHA.value, beta=_BETA.value,
+        iid=_IID.value, seed=_DATA_SEED.value)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   train, _, central_test = synthetic.load_synthetic(data_config)
   test = next(iter(central_test.batch(10**7)))
   test_x, test_y = test["x"].numpy(), test["y"].numpy()
@@ -96,12 +100,18 @@ def main(argv):
   spec = collections.OrderedDict(x=tf.TensorSpec([None, nf], tf.float32),
                                  y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(keras_builder, spec)
-  print(f"federation: Synthetic({data_config.alpha:g},{data_config.beta:g})"
-        f"{' iid' if data_config.iid else ''}, {len(train.client_ids)} clients, "
+  name = ("Synthetic IID" if data_config.iid else
+          f"Synthetic({data_config.alpha:g},{data_config.beta:g})")
+  print(f"federation: {name}, {len(train.client_ids)} clients, "
         f"{len(test_y)} test examples; {config.rounds} rounds, "
         f"c={config.clients_per_round:g}, δ={config.delta:g}, {config.accountant}")
-  with runtime.execution_context(device=_DEVICE.value):
-    results = common.run_all(config, train, model_fn, keras_builder, test_x, test_y)
+  try:
+    common.validate(config, len(train.client_ids))
+    with runtime.execution_context(device=_DEVICE.value):
+      results = common.run_all(config, train, model_fn, keras_builder, test_x, test_y)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   print()
   print(common.format_table(config, results))
   print(f"\nmetrics, checkpoints, summary.md and accuracy.png in {config.output_dir}")

@@ -1,0 +1,41 @@
+# tff_idp: two commands do all the set-up on a fresh machine.
+#   make demo   runs the main job (IDP-FedAvg on the embedded federation)
+#   make test   runs the test suite
+# Both create .venv and install the pinned stack the first time.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-fast bench clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt requirements-tff.txt setup.cfg
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	# TFF 0.87 pins jax==0.4.14, which the registry no longer serves:
+	# install it without its own pins; requirements.txt holds its working set.
+	$(PY) -m pip install --quiet --no-deps -r requirements-tff.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -c "import tensorflow_federated, tensorflow_privacy, dp_accounting; print('tff', tensorflow_federated.__version__)"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m experiments.idp_fedavg $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.bench_calibration
+	$(PY) -m benchmarks.bench_cohort_variation
+
+clean:
+	rm -rf $(VENV) runs

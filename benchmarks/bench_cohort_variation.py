@@ -1,0 +1,109 @@
+"""Does a varying cohort size (Poisson sampling) make TFF slow down or grow?
+
+TFF builds and caches an executor per cardinality. Poisson sampling changes
+the cohort size every round, so this runs ≥ 200 rounds of DP-FedAvg with
+(a) Poisson sampling and (b) a fixed cohort of the same mean size, side by
+side in one process, and reports per-round time and resident memory (Python
+process + TFF worker) early vs late in the run, as ratios.
+
+  python -m benchmarks.bench_cohort_variation [--rounds=240]
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def _rss_mib(pid: int) -> float:
+  with open(f"/proc/{pid}/status") as f:
+    for line in f:
+      if line.startswith("VmRSS:"):
+        return int(line.split()[1]) / 1024.0
+  return float("nan")
+
+
+def main(rounds: int = 240) -> dict:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from datasets import synthetic  # pylint: disable=g-import-not-at-top
+  from tff_idp import models, runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.training.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
+
+  num_clients, cohort = 1000, 20
+  train, _, _ = synthetic.load_synthetic(
+      synthetic.SyntheticConfig(num_clients=num_clients, iid=True))
+  ids = train.client_ids
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 60], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(60, 10), spec)
+  results = {}
+  with runtime.execution_context() as rt:
+    process = build_idp_fedavg_process(
+        model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+        server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+        noise_multiplier=1.0, expected_clients_per_round=cohort,
+        aggregator_kwargs=dict(noise_seed=0))
+    for mode in ("fixed", "poisson"):
+      rng = np.random.default_rng(0)
+      state = process.initialize()
+      times, sizes, rss = [], [], []
+      for r in range(rounds):
+        if mode == "poisson":
+          chosen = np.flatnonzero(rng.random(num_clients) < cohort / num_clients)
+        else:
+          chosen = rng.choice(num_clients, cohort, replace=False)
+        data = [train.create_tf_dataset_for_client(ids[i]).batch(16) for i in chosen]
+        t0 = time.perf_counter()
+        state = process.next(state, data).state
+        times.append(time.perf_counter() - t0)
+        sizes.append(len(chosen))
+        rss.append(_rss_mib(os.getpid()) + _rss_mib(rt.worker_pid))
+      window = max(20, rounds // 10)
+      early_t, late_t = np.median(times[10:10 + window]), np.median(times[-window:])
+      early_m, late_m = np.mean(rss[10:10 + window]), np.mean(rss[-window:])
+      results[mode] = {
+          "rounds": rounds,
+          "distinct_cohort_sizes": len(set(sizes)),
+          "median_round_s_early": float(early_t),
+          "median_round_s_late": float(late_t),
+          "late_over_early_time": float(late_t / early_t),
+          "rss_mib_early": float(early_m),
+          "rss_mib_late": float(late_m),
+          "late_over_early_rss": float(late_m / early_m),
+      }
+  results["poisson_over_fixed_late_time"] = (
+      results["poisson"]["median_round_s_late"] / results["fixed"]["median_round_s_late"])
+  return results
+
+
+def _table(res: dict) -> str:
+  lines = ["| sampling | rounds | distinct cohort sizes | round time late/early | "
+           "RSS late/early (MiB) |", "|---|---|---|---|---|"]
+  for mode in ("fixed", "poisson"):
+    r = res[mode]
+    lines.append(
+        f"| {mode} | {r['rounds']} | {r['distinct_cohort_sizes']} | "
+        f"{r['median_round_s_late']:.3f}/{r['median_round_s_early']:.3f} s = "
+        f"{r['late_over_early_time']:.2f}× | {r['rss_mib_late']:.0f}/"
+        f"{r['rss_mib_early']:.0f} = {r['late_over_early_rss']:.3f}× |")
+  lines.append(f"\nPoisson vs fixed round time (late): "
+               f"{res['poisson_over_fixed_late_time']:.2f}×")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  n = 240
+  for arg in sys.argv[1:]:
+    if arg.startswith("--rounds="):
+      n = int(arg.split("=", 1)[1])
+  res = main(n)
+  os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
+  with open(os.path.join(os.path.dirname(__file__), "results", "cohort_variation.json"),
+            "w") as f:
+    json.dump(res, f, indent=1)
+  print(_table(res))

@@ -1,0 +1,164 @@
+"""PrivacyLedger against fresh dp-accounting accountants."""
+import json
+import math
+import warnings
+
+import dp_accounting
+import pytest
+
+from tff_idp.accounting import sample
+from tff_idp.accounting import validation
+from tff_idp.accounting.ledger import BudgetExhaustedError
+from tff_idp.accounting.ledger import BudgetOverrunWarning
+from tff_idp.accounting.ledger import PrivacyLedger
+
+
+def dp_epsilon(q, sigma, rounds, delta, accountant="rdp"):
+  acc = (dp_accounting.rdp.RdpAccountant() if accountant == "rdp"
+         else dp_accounting.pld.PLDAccountant())
+  acc.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
+      rounds))
+  return acc.get_epsilon(delta)
+
+
+@pytest.fixture(scope="module")
+def calibration():
+  sizes = validation.group_sizes_from_ratios([0.34, 0.43, 0.23], 3383)
+  return sample.get_group_sampling_rates([1.0, 2.0, 3.0], sizes, 1e-4, 420, 30)
+
+
+def make_ledger(cal, **kwargs):
+  return PrivacyLedger(
+      target_epsilons=cal.target_epsilons, sampling_rates=cal.sampling_rates,
+      noise_multipliers=[cal.noise_multiplier] * len(cal.sampling_rates),
+      delta=cal.delta, calibrated_rounds=cal.rounds, accountant=cal.accountant,
+      **kwargs)
+
+
+@pytest.mark.parametrize("rounds", [1, 7, 100, 420, 1000])
+def test_spent_equals_fresh_rdp_accountant(calibration, rounds):
+  ledger = make_ledger(calibration)
+  spent = ledger.spent(rounds)
+  assert len(spent) == 3
+  for eps, q in zip(spent, calibration.sampling_rates):
+    ref = dp_epsilon(q, calibration.noise_multiplier, rounds, calibration.delta)
+    assert eps == pytest.approx(ref, rel=1e-9)
+  assert list(spent) == sorted(spent)  # higher q, higher ε
+
+
+def test_spent_defaults_to_rounds_done_and_starts_at_zero(calibration):
+  ledger = make_ledger(calibration)
+  assert ledger.spent() == (0.0, 0.0, 0.0)
+  for _ in range(5):
+    ledger.record_round()
+  assert ledger.rounds_done == 5
+  assert ledger.spent() == ledger.spent(5)
+  assert ledger.remaining_rounds() == 415
+
+
+def test_spent_at_calibrated_rounds_within_targets(calibration):
+  ledger = make_ledger(calibration)
+  spent = ledger.spent(calibration.rounds)
+  for eps, target in zip(spent, calibration.target_epsilons):
+    assert eps <= target
+    assert eps > 0.9 * target  # the budget is actually being used
+  assert ledger.over_budget() == [False, False, False]
+
+
+def test_pld_ledger_equals_fresh_pld_accountant():
+  q, sigma, rounds, delta = 0.02, 1.1, 60, 1e-5
+  ledger = PrivacyLedger([2.0, math.inf], [q, 1.0], [sigma, 0.0], delta, 100, "pld")
+  spent = ledger.spent(rounds)
+  assert spent[0] == pytest.approx(dp_epsilon(q, sigma, rounds, delta, "pld"), rel=1e-9)
+  assert math.isinf(spent[1])  # σ = 0: no privacy
+  assert spent[0] < dp_epsilon(q, sigma, rounds, delta, "rdp")  # PLD is tighter
+
+
+def test_degenerate_groups():
+  ledger = PrivacyLedger([1.0, math.inf, 1.0], [0.1, 0.5, 0.0], [1.0, 0.0, 1.0],
+                         1e-5, 10)
+  spent = ledger.spent(5)
+  assert spent[0] > 0 and math.isinf(spent[1]) and spent[2] == 0.0
+  assert ledger.spent(0) == (0.0, 0.0, 0.0)
+
+
+def test_check_can_run_stops_at_calibrated_rounds(calibration):
+  ledger = make_ledger(calibration)
+  for _ in range(calibration.rounds):
+    ledger.check_can_run()
+    ledger.record_round()
+  assert ledger.remaining_rounds() == 0
+  with pytest.raises(BudgetExhaustedError, match="calibrated for 420 rounds"):
+    ledger.check_can_run()
+  with pytest.raises(BudgetExhaustedError, match="allow_overrun"):
+    ledger.record_round()
+  assert ledger.rounds_done == 420  # the refused round is not recorded
+
+
+def test_check_can_run_looks_ahead(calibration):
+  ledger = make_ledger(calibration)
+  ledger.set_state({"rounds_done": 418})
+  ledger.check_can_run(2)
+  with pytest.raises(BudgetExhaustedError):
+    ledger.check_can_run(3)
+
+
+def first_round_over(q, sigma, delta, target, lo, hi):
+  """Smallest r in (lo, hi] with ε(r) > target, by bisection on a fresh accountant."""
+  assert dp_epsilon(q, sigma, lo, delta) <= target < dp_epsilon(q, sigma, hi, delta)
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    if dp_epsilon(q, sigma, mid, delta) > target:
+      hi = mid
+    else:
+      lo = mid
+  return hi
+
+
+def test_overrun_warns_and_over_budget_tracks_reality(calibration):
+  cal, extra = calibration, 60
+  # Independently: the first round at which each group really is over budget.
+  first_over = [first_round_over(q, cal.noise_multiplier, cal.delta, t, cal.rounds,
+                                 cal.rounds + extra)
+                for q, t in zip(cal.sampling_rates, cal.target_epsilons)]
+  ledger = make_ledger(cal, allow_overrun=True)
+  ledger.set_state({"rounds_done": cal.rounds})
+  assert ledger.over_budget() == [False, False, False]
+  for _ in range(extra):
+    with pytest.warns(BudgetOverrunWarning, match="privacy overrun"):
+      ledger.record_round()
+    r = ledger.rounds_done
+    assert ledger.over_budget() == [r >= f for f in first_over], (r, first_over)
+  assert ledger.rounds_done == cal.rounds + extra
+  assert all(ledger.over_budget())
+
+
+def test_no_warning_within_budget(calibration):
+  ledger = make_ledger(calibration, allow_overrun=True)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    for _ in range(10):
+      ledger.record_round()
+
+
+def test_state_round_trip(calibration):
+  ledger = make_ledger(calibration)
+  for _ in range(123):
+    ledger.record_round()
+  state = json.loads(json.dumps(ledger.get_state()))  # checkpoint-able
+  restored = make_ledger(calibration)
+  restored.set_state(state)
+  assert restored.rounds_done == 123
+  assert restored.spent() == ledger.spent()
+  assert restored.remaining_rounds() == ledger.remaining_rounds()
+  restored.set_state({"rounds_done": 420})
+  with pytest.raises(BudgetExhaustedError):
+    restored.check_can_run()
+
+
+def test_constructor_validation():
+  with pytest.raises(ValueError, match="one sampling rate and noise multiplier per group"):
+    PrivacyLedger([1.0, 2.0], [0.1], [1.0, 1.0], 1e-5, 10)
+  with pytest.raises(ValueError, match="not supported"):
+    PrivacyLedger([1.0], [0.1], [1.0], 1e-5, 10, accountant="gdp")

@@ -1,0 +1,94 @@
+"""SCALE baseline: per-group clip scales at one noise level, checked with dp-accounting."""
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from tff_idp.accounting import scale
+from tff_idp.accounting import validation
+
+
+def dp_epsilon(q, sigma, rounds, delta, accountant="rdp"):
+  acc = (dp_accounting.rdp.RdpAccountant() if accountant == "rdp"
+         else dp_accounting.pld.PLDAccountant())
+  acc.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
+      rounds))
+  return acc.get_epsilon(delta)
+
+
+@pytest.fixture(scope="module")
+def fmnist():
+  sizes = validation.group_sizes_from_ratios([0.34, 0.43, 0.23], 3383)
+  return scale.get_group_clip_scales([1.0, 2.0, 3.0], sizes, 1e-4, 420, 30)
+
+
+def test_fmnist_effective_noise_meets_each_budget(fmnist):
+  cal = fmnist
+  assert cal.sampling_rate == pytest.approx(30 / 3383, rel=1e-12)
+  assert cal.group_sizes == (1150, 1455, 778)
+  recomputed = []
+  for z_eff, s, target in zip(cal.effective_noise_multipliers, cal.clip_scales,
+                              cal.target_epsilons):
+    assert z_eff == pytest.approx(cal.noise_multiplier / s, rel=1e-15)
+    eps = dp_epsilon(cal.sampling_rate, cal.noise_multiplier / s, cal.rounds, cal.delta)
+    assert eps <= target
+    # Not wastefully loose: 5% less effective noise breaks the budget.
+    assert dp_epsilon(cal.sampling_rate, 0.95 * cal.noise_multiplier / s,
+                      cal.rounds, cal.delta) > target
+    recomputed.append(eps)
+  np.testing.assert_allclose(cal.achieved_epsilons, recomputed, rtol=1e-6)
+
+
+def test_fmnist_scales_shape(fmnist):
+  s = np.asarray(fmnist.clip_scales)
+  assert s.max() == 1.0
+  assert np.all(s <= 1.0) and np.all(s > 0)
+  # Stricter budget -> clipped harder.
+  assert np.all(np.diff(s) > 0)
+  assert s[0] < 0.9  # a real difference, not rounding
+
+
+def test_most_relaxed_group_noise_is_its_own_get_noise(fmnist):
+  """z is the σ the most relaxed group needs alone at q = c/N (not more)."""
+  cal = fmnist
+  z = cal.noise_multiplier
+  assert dp_epsilon(cal.sampling_rate, z, cal.rounds, cal.delta) <= 3.0
+  assert dp_epsilon(cal.sampling_rate, 0.95 * z, cal.rounds, cal.delta) > 3.0
+
+
+def test_infinite_group_is_unscaled_and_others_still_meet_budget():
+  eps, sizes = [1.0, math.inf, 3.0], [400, 100, 500]
+  cal = scale.get_group_clip_scales(eps, sizes, 1e-5, 200, 50)
+  assert cal.clip_scales[1] == 1.0
+  assert cal.clip_scales[2] == 1.0
+  assert cal.clip_scales[0] < 1.0
+  for p in (0, 2):
+    assert dp_epsilon(cal.sampling_rate, cal.effective_noise_multipliers[p], 200,
+                      1e-5) <= eps[p]
+
+
+def test_all_infinite_has_no_noise():
+  cal = scale.get_group_clip_scales([math.inf, math.inf], [10, 10], 1e-4, 50, 3)
+  assert cal.noise_multiplier == 0.0
+  assert cal.clip_scales == (1.0, 1.0)
+  assert cal.sampling_rate == pytest.approx(0.15)
+
+
+def test_pld_scales_meet_budgets():
+  eps, sizes, delta, rounds, c = [1.0, 3.0], [200, 100], 1e-5, 10, 30
+  cal = scale.get_group_clip_scales(eps, sizes, delta, rounds, c, "pld")
+  assert max(cal.clip_scales) == 1.0 and cal.clip_scales[0] < 1.0
+  for z_eff, target in zip(cal.effective_noise_multipliers, eps):
+    assert dp_epsilon(c / sum(sizes), z_eff, rounds, delta, "pld") <= target
+
+
+def test_mismatched_lengths():
+  with pytest.raises(ValueError, match="one group size per budget"):
+    scale.get_group_clip_scales([1.0, 2.0], [100], 1e-5, 10, 5)
+
+
+def test_cohort_larger_than_population():
+  with pytest.raises(ValueError, match="exceeds num_clients"):
+    scale.get_group_clip_scales([1.0, 2.0], [10, 10], 1e-5, 10, 21)
