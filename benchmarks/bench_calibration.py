@@ -21,6 +21,7 @@ benchmarks/results/calibration.json.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -155,7 +156,7 @@ def run() -> dict:
                    clients_per_round=CLIENTS_PER_ROUND),
       machine=dict(python=platform.python_version(), processor=platform.processor(),
                    cpus=os.cpu_count(), load_average=list(os.getloadavg()),
-                   dp_accounting=getattr(dp_accounting, "__version__", "unknown")),
+                   dp_accounting=importlib.metadata.version("dp-accounting")),
       results=rows)
 
 

@@ -51,7 +51,7 @@ def main(rounds: int = 240) -> dict:
     for mode in ("fixed", "poisson"):
       rng = np.random.default_rng(0)
       state = process.initialize()
-      times, sizes, rss = [], [], []
+      times, sizes, rss, rss_worker = [], [], [], []
       for r in range(rounds):
         if mode == "poisson":
           chosen = np.flatnonzero(rng.random(num_clients) < cohort / num_clients)
@@ -62,7 +62,8 @@ def main(rounds: int = 240) -> dict:
         state = process.next(state, data).state
         times.append(time.perf_counter() - t0)
         sizes.append(len(chosen))
-        rss.append(_rss_mib(os.getpid()) + _rss_mib(rt.worker_pid))
+        rss_worker.append(_rss_mib(rt.worker_pid))
+        rss.append(_rss_mib(os.getpid()) + rss_worker[-1])
       window = max(20, rounds // 10)
       early_t, late_t = np.median(times[10:10 + window]), np.median(times[-window:])
       early_m, late_m = np.mean(rss[10:10 + window]), np.mean(rss[-window:])
@@ -75,6 +76,15 @@ def main(rounds: int = 240) -> dict:
           "rss_mib_early": float(early_m),
           "rss_mib_late": float(late_m),
           "late_over_early_rss": float(late_m / early_m),
+          "worker_rss_mib_early": float(np.mean(rss_worker[10:10 + window])),
+          "worker_rss_mib_late": float(np.mean(rss_worker[-window:])),
+          # After the executor cache has filled, memory should be flat:
+          "rss_mib_at_quarters": [float(rss[i]) for i in
+                                  (rounds // 4 - 1, rounds // 2 - 1, 3 * rounds // 4 - 1,
+                                   rounds - 1)],
+          "second_half_rss_growth": float(rss[-1] / rss[rounds // 2 - 1]),
+          "second_half_time_ratio": float(np.median(times[-window:]) /
+                                          np.median(times[rounds // 2 - window:rounds // 2])),
       }
   results["poisson_over_fixed_late_time"] = (
       results["poisson"]["median_round_s_late"] / results["fixed"]["median_round_s_late"])
@@ -83,14 +93,17 @@ def main(rounds: int = 240) -> dict:
 
 def _table(res: dict) -> str:
   lines = ["| sampling | rounds | distinct cohort sizes | round time late/early | "
-           "RSS late/early (MiB) |", "|---|---|---|---|---|"]
+           "RSS late/early (MiB) | RSS at 1/4, 1/2, 3/4, end (MiB) | RSS end / half-way | "
+           "round time end / half-way |", "|---|---|---|---|---|---|---|---|"]
   for mode in ("fixed", "poisson"):
     r = res[mode]
     lines.append(
         f"| {mode} | {r['rounds']} | {r['distinct_cohort_sizes']} | "
         f"{r['median_round_s_late']:.3f}/{r['median_round_s_early']:.3f} s = "
         f"{r['late_over_early_time']:.2f}× | {r['rss_mib_late']:.0f}/"
-        f"{r['rss_mib_early']:.0f} = {r['late_over_early_rss']:.3f}× |")
+        f"{r['rss_mib_early']:.0f} = {r['late_over_early_rss']:.3f}× | "
+        f"{', '.join(f'{m:.0f}' for m in r['rss_mib_at_quarters'])} | "
+        f"{r['second_half_rss_growth']:.3f}× | {r['second_half_time_ratio']:.2f}× |")
   lines.append(f"\nPoisson vs fixed round time (late): "
                f"{res['poisson_over_fixed_late_time']:.2f}×")
   return "\n".join(lines)

@@ -65,6 +65,8 @@ _CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", 10,
 _ALLOW_OVERRUN = flags.DEFINE_bool("allow_overrun", False,
                                    "Run past the calibrated rounds (reported).")
 _MAX_RATE = flags.DEFINE_float("max_rate", 1.0, "Cap on any client's sampling rate.")
+_MODEL = flags.DEFINE_enum("model", "logreg", ["logreg", "mlp"],
+                           "Multinomial logistic regression or a 64-unit MLP.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -96,7 +98,10 @@ def main(argv):
   test = next(iter(central_test.batch(10**7)))
   test_x, test_y = test["x"].numpy(), test["y"].numpy()
   nf, nc = data_config.num_features, data_config.num_classes
-  keras_builder = lambda: models.build_logistic_regression(nf, nc, seed=0)
+  if _MODEL.value == "mlp":
+    keras_builder = lambda: models.build_mlp(nf, nc, hidden=64, seed=0)
+  else:
+    keras_builder = lambda: models.build_logistic_regression(nf, nc, seed=0)
   spec = collections.OrderedDict(x=tf.TensorSpec([None, nf], tf.float32),
                                  y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(keras_builder, spec)

@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Iterator, Optional, Sequence
 
+import cachetools
 import grpc
 import portpicker
 
@@ -59,19 +60,35 @@ def _die_with_parent() -> None:
     pass
 
 
+class _ClosingLRUCache(cachetools.LRUCache):
+  """LRU cache of executors that closes the ones it evicts."""
+
+  def popitem(self):
+    key, executor = super().popitem()
+    try:
+      executor.close()
+    except Exception:  # pylint: disable=broad-except
+      pass  # the worker may already be gone; nothing left to free
+    return key, executor
+
+
 class ExecutionRuntime:
   """Owns a TFF C++ execution context and its ``worker_binary`` process."""
 
   def __init__(self, device: str = "cpu", gpu_ids: Optional[Sequence[int]] = None,
                max_concurrent_computation_calls: int = -1,
                log_path: Optional[str] = None,
-               install_signal_handlers: bool = True):
+               install_signal_handlers: bool = True,
+               executor_cache_size: int = 10):
     if device not in ("cpu", "gpu"):
       raise ValueError(f"device={device!r} must be 'cpu' or 'gpu'.")
     self.device = device
     self.gpu_ids = list(gpu_ids) if gpu_ids is not None else None
     self.max_concurrent_computation_calls = int(max_concurrent_computation_calls)
     self.log_path = log_path
+    if executor_cache_size < 1:
+      raise ValueError("executor_cache_size must be >= 1.")
+    self.executor_cache_size = int(executor_cache_size)
     self._install_signal_handlers = install_signal_handlers
     self._process: Optional[subprocess.Popen] = None
     self._port: Optional[int] = None
@@ -177,6 +194,12 @@ class ExecutionRuntime:
         return ex
 
       factory = python_executor_stacks.ResourceManagingExecutorFactory(stack_fn)
+      # TFF keeps one executor per cohort size in an LRU cache and drops evicted
+      # ones without closing them, so their state stays in the worker: with
+      # Poisson sampling (a new cohort size most rounds) worker memory grows.
+      # Close executors on eviction so the worker frees them.
+      factory._executors = _ClosingLRUCache(  # pylint: disable=protected-access
+          self.executor_cache_size)
       context = sync_execution_context.SyncExecutionContext(
           executor_fn=factory,
           compiler_fn=compiler.desugar_and_transform_to_native,

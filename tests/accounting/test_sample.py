@@ -4,6 +4,7 @@ Every privacy number is recomputed here with a freshly built dp-accounting
 accountant; tff_idp.accounting.exact is never used to check tff_idp.
 """
 import functools
+import json
 import math
 import re
 
@@ -133,7 +134,7 @@ def test_get_noise_rdp_is_tight_on_integer_orders(eps, delta, q, rounds):
   sigma = _cached_noise(eps, delta, q, rounds, "rdp")
   assert dp_integer_order_epsilon(q, sigma, rounds, delta) <= eps * (1 + 1e-9)
   assert dp_integer_order_epsilon(q, sigma * (1 - 1e-5), rounds, delta) > eps
-  # ...and never worse than ~5% (σ) under the full RdpAccountant.
+  # ...and, in these cases, within 5% (σ) under the full RdpAccountant.
   assert dp_epsilon(q, 0.95 * sigma, rounds, delta, "rdp") > eps
 
 
@@ -298,7 +299,6 @@ def test_cohort_equal_to_population_samples_everyone():
 
 
 def test_to_json_round_trips_the_numbers(fmnist_sizes):
-  import json
   cal = fmnist_calibration("rdp", fmnist_sizes)
   d = json.loads(cal.to_json())
   assert d["noise_multiplier"] == cal.noise_multiplier
@@ -397,3 +397,15 @@ def test_single_group_is_get_noise_at_uniform_rate(eps, size, c_frac, rounds,
   assert cal.noise_multiplier == pytest.approx(sigma, rel=1e-4)
   assert cal.sampling_rates[0] == pytest.approx(c / size, rel=1e-4)
   assert cal.sampling_rates[0] <= c / size * (1 + 1e-6)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known: at small σ (here 0.47) the RdpAccountant's best orders are the "
+    "fractional ones (< 2 or non-integer) that fast_rdp omits, so the "
+    "integer-order search leaves ~30% of ε unused (7.08 of 10); ~20% of the "
+    "property-test groups use < 95% of their budget for this reason"))
+def test_high_epsilon_calibration_uses_its_budget():
+  eps, delta, rounds = 10.0, 1e-5, 100
+  cal = sample.get_group_sampling_rates([eps], [1000], delta, rounds, 5)
+  assert dp_epsilon(cal.sampling_rates[0], cal.noise_multiplier, rounds, delta,
+                    "rdp") >= 0.95 * eps
