@@ -161,6 +161,11 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
           checkpoint_every=config.checkpoint_every,
           run_fingerprint=[plan_summary, dataclasses.asdict(config), seed],
           progress=config.progress)
+      empty = (train_data.create_tf_dataset_for_client(client_ids[0]).take(0)
+               .batch(config.batch_size))
+      driver.padding_input_fn = (
+          (lambda e=empty: scaled_client_data(e, 1.0)) if scales is not None
+          else (lambda e=empty: e))
       _, rows = driver.run(config.rounds)
       from tff_idp.training.metrics import read_metrics  # pylint: disable=g-import-not-at-top
       history = read_metrics(os.path.join(run_dir, "metrics.csv"))

@@ -115,3 +115,18 @@ def test_value_noise_multiplier_and_errors():
     aggregators.AdaptiveClipDPMeanFactory(-1.0, 30)
   with pytest.raises(ValueError, match="initial_clip"):
     aggregators.AdaptiveClipDPMeanFactory(1.0, 30, initial_clip=0.0)
+
+
+def test_all_zero_updates_are_absent():
+  # Padding clients send exactly zero: no effect on sum, clip count or count.
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.0, expected_clients_per_round=4, initial_clip=1.0, clip_learning_rate=0.0)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  real = [_value(0.0, [3, 4]), _value(0.0, [0.3, 0.4])]
+  base = process.next(process.initialize(), real, [1.0, 1.0])
+  padded = process.next(process.initialize(), real + [_value(0.0, [0, 0])] * 3,
+                        [1.0] * 5)
+  np.testing.assert_allclose(padded.result["b"], base.result["b"])
+  assert padded.measurements["num_clients"] == 2
+  assert padded.measurements["unclipped_fraction"] == pytest.approx(
+      base.measurements["unclipped_fraction"])

@@ -6,6 +6,7 @@ SCALE) it computes, as in IDP-FedAvg Alg. 2 and Andrew et al. Alg. 1:
 
     Δ̃_i = Δ_i · min(1, s_i C / ‖Δ_i‖)                    (clip to s_i C)
     b_i  = 1[‖Δ_i‖ <= s_i C] - 1/2                        (centred clip bit)
+           (0 for an all-zero update: padding clients are absent)
     Δ̄   = (Σ_i Δ̃_i + N(0, (z_Δ C)² I)) / c               (c = expected cohort)
     b̄   = (Σ_i b_i + N(0, σ_b²)) / c + 1/2
     C'   = C · exp(-η_C (b̄ - γ))                          (geometric update)
@@ -119,8 +120,11 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
       bound = tf.cast(clip_scale, tf.float32) * clip
       factor = tf.minimum(1.0, bound / tf.maximum(norm, 1e-12))
       clipped = tf.nest.map_structure(lambda v: v * tf.cast(factor, v.dtype), value)
-      unclipped = tf.cast(norm <= bound, tf.float32) - 0.5
-      return clipped, unclipped
+      # An exactly-zero update (a padding client with no data) is "absent": it
+      # adds nothing to the sum, the clip count or the client count.
+      present = tf.cast(norm > 0.0, tf.float32)
+      unclipped = present * (tf.cast(norm <= bound, tf.float32) - 0.5)
+      return clipped, unclipped, present
 
     @tff.tensorflow.computation(state_type, value_type, np.float32, np.float32)
     def noise_at_server(state, value_sum, unclipped_sum, num_clients):
@@ -153,13 +157,12 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
         tff.FederatedType(weight_type, tff.CLIENTS))
     def next_fn(state, value, weight):
       clip = tff.federated_broadcast(state.clip)
-      clipped, unclipped = tff.federated_map(clip_at_client, (value, weight, clip))
-      ones = tff.federated_map(
-          tff.tensorflow.computation(lambda _: tf.constant(1.0), weight_type), weight)
+      clipped, unclipped, present = tff.federated_map(
+          clip_at_client, (value, weight, clip))
       new_state, mean, measurements = tff.federated_map(
           noise_at_server,
           (state, tff.federated_sum(clipped), tff.federated_sum(unclipped),
-           tff.federated_sum(ones)))
+           tff.federated_sum(present)))
       return tff.templates.MeasuredProcessOutput(
           state=new_state, result=mean, measurements=measurements)
 

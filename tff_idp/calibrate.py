@@ -75,9 +75,9 @@ def main(argv: list[str]) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   if _JSON.value:
-    d = cal.to_dict()
+    d = json.loads(cal.to_json())
     d["seconds"] = elapsed
-    print(json.dumps(d, indent=2, default=lambda x: None if math.isinf(x) else x))
+    print(json.dumps(d, indent=2, allow_nan=False))
   else:
     print(format_table(cal))
     print(f"\ncalibrated and verified with dp-accounting in {elapsed:.3f} s")

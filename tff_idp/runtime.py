@@ -79,7 +79,7 @@ class ExecutionRuntime:
                max_concurrent_computation_calls: int = -1,
                log_path: Optional[str] = None,
                install_signal_handlers: bool = True,
-               executor_cache_size: int = 10):
+               executor_cache_size: int = 64):
     if device not in ("cpu", "gpu"):
       raise ValueError(f"device={device!r} must be 'cpu' or 'gpu'.")
     self.device = device
@@ -194,10 +194,12 @@ class ExecutionRuntime:
         return ex
 
       factory = python_executor_stacks.ResourceManagingExecutorFactory(stack_fn)
-      # TFF keeps one executor per cohort size in an LRU cache and drops evicted
-      # ones without closing them, so their state stays in the worker: with
-      # Poisson sampling (a new cohort size most rounds) worker memory grows.
-      # Close executors on eviction so the worker frees them.
+      # TFF keeps one executor per cohort size in an LRU cache of 10 and drops
+      # evicted ones without closing them, so their state stays in the worker:
+      # with Poisson sampling (cohort sizes spread over ~25-40 values) worker
+      # memory grows without bound, and re-creating executors slows rounds.
+      # A larger cache that closes what it evicts keeps both flat (see
+      # benchmarks/bench_cohort_variation.py).
       factory._executors = _ClosingLRUCache(  # pylint: disable=protected-access
           self.executor_cache_size)
       context = sync_execution_context.SyncExecutionContext(

@@ -64,13 +64,6 @@ FMNIST = dict(epsilons=[1.0, 2.0, 3.0], ratios=[0.34, 0.43, 0.23], num_clients=3
 # get_noise / get_sample_rate
 # ---------------------------------------------------------------------------
 
-_RDP_SLACK = pytest.mark.xfail(
-    strict=True,
-    reason="known: searches minimise ε over dp-accounting's integer RDP orders "
-           "only (fast_rdp), so the result is tight for those orders but leaves "
-           "budget unused under RdpAccountant, whose fractional orders give a "
-           "smaller ε (here > 1% of σ or > 2% of q)")
-
 # (ε, δ, q, rounds)
 NOISE_CASES_RDP = [
     (1.0, 1e-4, 30 / 3383, 420),
@@ -78,7 +71,7 @@ NOISE_CASES_RDP = [
     (8.0, 1e-5, 0.05, 100),
     (0.5, 1e-6, 1.0, 10),
     (1.0, 1e-5, 1.0, 1),
-    pytest.param(3.0, 1e-3, 1e-4, 500, marks=_RDP_SLACK),
+    (3.0, 1e-3, 1e-4, 500),  # optimum at a fractional order: once left budget unused
 ]
 NOISE_CASES_PLD = [
     (1.0, 1e-4, 30 / 3383, 420),
@@ -91,7 +84,7 @@ RATE_CASES_RDP = [
     (8.0, 1e-5, 0.7, 100),
     (3.0, 1e-3, 5.0, 500),
     (1.0, 1e-5, 3.0, 10),
-    pytest.param(1.0, 1e-4, 0.84, 420, marks=_RDP_SLACK),
+    (1.0, 1e-4, 0.84, 420),
 ]
 RATE_CASES_PLD = [
     (1.0, 1e-4, 0.84, 420),
@@ -129,13 +122,10 @@ def test_get_noise_is_tight(accountant, eps, delta, q, rounds):
 
 @pytest.mark.parametrize("eps,delta,q,rounds",
                          _with(None, NOISE_CASES_RDP, keep_marks=False))
-def test_get_noise_rdp_is_tight_on_integer_orders(eps, delta, q, rounds):
-  """The RDP search is tight (to 1e-5) for the orders it optimises over."""
+def test_get_noise_rdp_is_tight_under_the_full_accountant(eps, delta, q, rounds):
+  """The RDP search also uses fractional orders: 0.1% less σ breaks the budget."""
   sigma = _cached_noise(eps, delta, q, rounds, "rdp")
-  assert dp_integer_order_epsilon(q, sigma, rounds, delta) <= eps * (1 + 1e-9)
-  assert dp_integer_order_epsilon(q, sigma * (1 - 1e-5), rounds, delta) > eps
-  # ...and, in these cases, within 5% (σ) under the full RdpAccountant.
-  assert dp_epsilon(q, 0.95 * sigma, rounds, delta, "rdp") > eps
+  assert dp_epsilon(q, sigma * (1 - 1e-3), rounds, delta, "rdp") > eps
 
 
 @pytest.mark.parametrize(
@@ -157,11 +147,10 @@ def test_get_sample_rate_is_tight(accountant, eps, delta, sigma, rounds):
 
 @pytest.mark.parametrize("eps,delta,sigma,rounds",
                          _with(None, RATE_CASES_RDP, keep_marks=False))
-def test_get_sample_rate_rdp_is_tight_on_integer_orders(eps, delta, sigma, rounds):
+def test_get_sample_rate_rdp_is_tight_under_the_full_accountant(eps, delta, sigma,
+                                                                rounds):
   q = _cached_rate(eps, delta, sigma, rounds, "rdp")
-  assert dp_integer_order_epsilon(q, sigma, rounds, delta) <= eps * (1 + 1e-9)
-  assert dp_integer_order_epsilon(q * (1 + 1e-5), sigma, rounds, delta) > eps
-  assert dp_epsilon(1.05 * q, sigma, rounds, delta, "rdp") > eps
+  assert dp_epsilon(q * (1 + 1e-3), sigma, rounds, delta, "rdp") > eps
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
@@ -242,7 +231,7 @@ def test_fmnist_group_sampling_rates(accountant, fmnist_sizes):
   if accountant == "pld":
     for eps_p, target in zip(recomputed, FMNIST["epsilons"]):
       assert eps_p >= 0.99 * target
-  else:  # integer-order search: see the xfails above; 5% more q breaks it.
+  else:
     for q, target in zip(rates, FMNIST["epsilons"]):
       assert dp_epsilon(1.05 * q, sigma, cal.rounds, cal.delta, accountant) > target
 
@@ -372,9 +361,9 @@ def test_single_group_regression_high_epsilon_low_sigma():
   """Once raised InfeasibleBudgetError from a trial σ (σ/2) while bracketing."""
   eps, size, delta, rounds, c = 16.396965352751447, 1336, 0.009999769744141627, 116, 1.0
   cal = sample.get_group_sampling_rates([eps], [size], delta, rounds, c)
-  assert cal.sampling_rates[0] == pytest.approx(c / size, rel=1e-4)
+  assert cal.sampling_rates[0] == pytest.approx(c / size, rel=2e-3)
   assert cal.noise_multiplier == pytest.approx(
-      sample.get_noise(eps, delta, c / size, rounds), rel=1e-4)
+      sample.get_noise(eps, delta, c / size, rounds), rel=2e-3)
   assert dp_rdp_epsilon_fast(cal.sampling_rates[0], cal.noise_multiplier, rounds,
                              delta) <= eps
 
@@ -394,17 +383,14 @@ def test_single_group_is_get_noise_at_uniform_rate(eps, size, c_frac, rounds,
       sample.get_group_sampling_rates([eps], [size], delta, rounds, c)
     return
   cal = sample.get_group_sampling_rates([eps], [size], delta, rounds, c)
-  assert cal.noise_multiplier == pytest.approx(sigma, rel=1e-4)
-  assert cal.sampling_rates[0] == pytest.approx(c / size, rel=1e-4)
-  assert cal.sampling_rates[0] <= c / size * (1 + 1e-6)
+  # Stage 2 matches the cohort to 0.1% (secant steps on a costly ε).
+  assert cal.noise_multiplier == pytest.approx(sigma, rel=2e-3)
+  assert cal.sampling_rates[0] == pytest.approx(c / size, rel=2e-3)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known: at small σ (here 0.47) the RdpAccountant's best orders are the "
-    "fractional ones (< 2 or non-integer) that fast_rdp omits, so the "
-    "integer-order search leaves ~30% of ε unused (7.08 of 10); ~20% of the "
-    "property-test groups use < 95% of their budget for this reason"))
 def test_high_epsilon_calibration_uses_its_budget():
+  # At small σ (here ~0.47) the best orders are fractional (< 2); an
+  # integer-order-only search left ~30% of this budget unused.
   eps, delta, rounds = 10.0, 1e-5, 100
   cal = sample.get_group_sampling_rates([eps], [1000], delta, rounds, 5)
   assert dp_epsilon(cal.sampling_rates[0], cal.noise_multiplier, rounds, delta,

@@ -54,7 +54,8 @@ def setup():
               evaluate=evaluate)
 
 
-def _driver(setup, out_dir, fail_at_round=None, allow_overrun=False, calibrated=ROUNDS):
+def _driver(setup, out_dir, fail_at_round=None, allow_overrun=False, calibrated=ROUNDS,
+            pad=False):
   train, plan = setup["train"], setup["plan"]
 
   def client_input(cid, round_num):
@@ -73,7 +74,9 @@ def _driver(setup, out_dir, fail_at_round=None, allow_overrun=False, calibrated=
       client_input_fn=client_input, output_dir=str(out_dir), ledger=ledger,
       group_names=["eps4", "eps8"], evaluate_fn=setup["evaluate"], eval_every=1,
       checkpoint_every=2, run_fingerprint=plan.summary(), progress=False,
-      tensorboard=False)
+      tensorboard=False,
+      padding_input_fn=(lambda: train.create_tf_dataset_for_client(
+          train.client_ids[0]).take(0).batch(16)) if pad else None)
 
 
 def _comparable(rows):
@@ -139,3 +142,18 @@ def test_corrupt_checkpoint_gives_clear_error(setup, tmp_path):
   npz.write_bytes(b"not a checkpoint")
   with pytest.raises(checkpoint.CheckpointMismatchError, match="corrupt"):
     _driver(setup, tmp_path).run(ROUNDS)
+
+
+def test_padding_cohorts_with_empty_clients_changes_nothing(setup, tmp_path):
+  _driver(setup, tmp_path / "plain").run(2)
+  padded = _driver(setup, tmp_path / "padded", pad=True)
+  padded.pad_multiple = 16
+  padded.run(2)
+  plain = _comparable(read_metrics(tmp_path / "plain" / "metrics.csv"))
+  got = _comparable(read_metrics(tmp_path / "padded" / "metrics.csv"))
+  for e, g in zip(plain, got):
+    for k in e:
+      if e[k] is None:
+        assert g[k] is None, k
+      else:
+        assert g[k] == pytest.approx(e[k], rel=1e-5, abs=1e-7), k

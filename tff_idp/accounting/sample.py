@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 from scipy import optimize
@@ -41,14 +41,27 @@ class InfeasibleBudgetError(ValueError):
 EpsilonFn = Callable[[float, float, int, float], float]
 
 # Relative search tolerances: RDP evaluations are cheap, PLD ones are not.
-_SEARCH_RTOL = {"rdp": 1e-7, "pld": 2e-4}
+_SEARCH_RTOL = {"rdp_int": 1e-7, "rdp": 1e-5, "pld": 2e-4}
+# Stage-2 (refined ε) cohort matching: relative tolerance and secant steps.
+_COHORT_RTOL = 1e-3
+_REFINE_STEPS = 8
+# Relative tolerance on σ in the cohort-size root search.
+_SIGMA_XTOL = {"rdp_int": 1e-6, "rdp": 1e-4, "pld": 2e-4}
 
 
-def _search_epsilon_fn(accountant: str) -> EpsilonFn:
-  """Fast ε(q, σ, rounds, δ) used inside searches; never below the exact one."""
-  exact.check_accountant(accountant)
-  if accountant == "rdp":
+def _search_epsilon_fn(search: str) -> EpsilonFn:
+  """Fast ε(q, σ, rounds, δ) used inside searches; never below the exact one.
+
+  ``rdp_int``: vectorised integer orders (cheapest, loosest);
+  ``rdp``: integer orders plus dp-accounting's fractional orders near the
+  optimum (equal to dp-accounting's RdpAccountant in practice);
+  ``pld``: dp-accounting's PLD on a coarse, pessimistic grid.
+  """
+  if search == "rdp_int":
     return fast_rdp.epsilon
+  if search == "rdp":
+    return fast_rdp.epsilon_refined
+  exact.check_accountant(search)
   return lambda q, s, r, d: exact.epsilon(
       q, s, r, d, "pld", pld_discretization=_SEARCH_PLD_DISCRETIZATION)
 
@@ -131,8 +144,12 @@ def get_sample_rate(epsilon: float, delta: float, sigma: float, rounds: int,
   sigma = validation.check_noise_multiplier(sigma)
   rounds = validation.check_rounds(rounds)
   max_rate = validation.check_sampling_rate(max_rate, "max_rate")
+  exact.check_accountant(accountant)
+  hint = _search_sample_rate(epsilon, delta, sigma, rounds,
+                             _search_epsilon_fn("rdp_int"), max_rate,
+                             rtol=_SEARCH_RTOL["rdp_int"])
   q = _search_sample_rate(epsilon, delta, sigma, rounds,
-                          _search_epsilon_fn(accountant), max_rate,
+                          _search_epsilon_fn(accountant), max_rate, hint=hint,
                           rtol=_SEARCH_RTOL[accountant])
   if math.isinf(epsilon):
     return q
@@ -178,6 +195,16 @@ def get_noise(epsilon: float, delta: float, q: float, rounds: int,
   return _tighten_noise(sigma, epsilon, q, rounds, delta, accountant)
 
 
+def _finite_or_none(value):
+  if isinstance(value, dict):
+    return {k: _finite_or_none(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_finite_or_none(v) for v in value]
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  return value
+
+
 @dataclasses.dataclass(frozen=True)
 class GroupCalibration:
   """Output of Alg. 1, with the verification that came with it."""
@@ -206,7 +233,8 @@ class GroupCalibration:
     return d
 
   def to_json(self) -> str:
-    return json.dumps(self.to_dict(), indent=2, default=str)
+    """Strict JSON: infinite budgets and ε are written as null."""
+    return json.dumps(_finite_or_none(self.to_dict()), indent=2, allow_nan=False)
 
 
 def get_group_sampling_rates(
@@ -261,7 +289,9 @@ def get_group_sampling_rates(
 
   finite = np.isfinite(eps) & (sizes > 0)
   if not finite.any():
-    return result(0.0, [c / num_clients] * len(eps),
+    # Non-private run (σ = 0): a client with a finite budget could never be
+    # sampled, so empty finite-budget groups get q = 0, not c/N.
+    return result(0.0, [c / num_clients if math.isinf(e) else 0.0 for e in eps],
                   [math.inf if n > 0 else 0.0 for n in sizes])
   always_in = float(sizes[~finite].sum() * max_rate)
   if always_in >= c:
@@ -272,68 +302,119 @@ def get_group_sampling_rates(
         "clients_per_round above that, or set max_rate below "
         f"{c / max(1, sizes[~finite].sum()):.4g}.")
 
-  eps_fn = _search_epsilon_fn(accountant)
-  rtol = _SEARCH_RTOL[accountant]
   hints: dict[int, float] = {}
 
-  def rates_at(sigma: float, lenient: bool = False) -> np.ndarray:
-    rates = np.full(len(eps), max_rate)
-    for p in np.flatnonzero(finite):
-      try:
-        rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn,
-                                       max_rate, hints.get(p), rtol)
-      except InfeasibleBudgetError:
-        if not lenient:
-          raise
-        # Only while bracketing σ: the group would need q < MIN_SAMPLING_RATE
-        # at this trial σ, i.e. adds < N·1e-9 expected clients; count it as 0.
-        rates[p] = 0.0
-        continue
-      hints[p] = rates[p]
-    return rates
+  def solve(search: str, sigma_hi: Optional[float], shrink: float
+            ) -> tuple[float, Callable[[float, bool], np.ndarray]]:
+    """σ with Σ_p |G_p| q_p(σ) = c under the search ε ``search``."""
+    eps_fn = _search_epsilon_fn(search)
+    rtol = _SEARCH_RTOL[search]
 
-  excess_cache: dict[float, float] = {}
+    def rates_at(sigma: float, lenient: bool = False) -> np.ndarray:
+      rates = np.full(len(eps), max_rate)
+      for p in np.flatnonzero(finite):
+        try:
+          rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn,
+                                         max_rate, hints.get(p), rtol)
+        except InfeasibleBudgetError:
+          if not lenient:
+            raise
+          # Only while bracketing σ: the group would need q < MIN_SAMPLING_RATE
+          # at this trial σ, i.e. adds < N·1e-9 expected clients; count it as 0.
+          rates[p] = 0.0
+          continue
+        hints[p] = rates[p]
+      # Empty groups with a finite budget get the rate such a client would have.
+      if not lenient:
+        for p in np.flatnonzero(np.isfinite(eps) & (sizes == 0)):
+          rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn,
+                                         max_rate, rtol=rtol)
+      return rates
 
-  def excess(log_sigma: float) -> float:
-    if log_sigma not in excess_cache:
-      excess_cache[log_sigma] = float(
-          np.dot(sizes, rates_at(math.exp(log_sigma), lenient=True))) - c
-    return excess_cache[log_sigma]
+    excess_cache: dict[float, float] = {}
 
-  if accountant == "pld":
-    # PLD is tighter than RDP, so the RDP solution has σ at or above the PLD
-    # one: start there, with the RDP rates as hints (each PLD call is costly).
-    rdp = get_group_sampling_rates(epsilons, group_sizes, delta, rounds,
-                                   clients_per_round, "rdp", max_rate)
-    sigma_hi, shrink = rdp.noise_multiplier, 0.9
-    hints.update({p: rdp.sampling_rates[p] for p in np.flatnonzero(finite)})
-  else:
-    # The paper's starting point: σ for the strictest budget at the uniform rate.
-    sigma_hi, shrink = _search_noise(float(eps[finite].min()), delta,
-                                     min(1.0, c / num_clients), rounds, eps_fn,
-                                     rtol), 0.5
-  while excess(math.log(sigma_hi)) < 0:  # only possible through max_rate < c/N
-    sigma_hi *= 2.0
-    if sigma_hi > MAX_NOISE_MULTIPLIER:
-      raise InfeasibleBudgetError(
-          f"cannot reach {c:g} expected clients per round with max_rate={max_rate}; "
-          "raise max_rate or lower clients_per_round.")
-  sigma_lo = sigma_hi
-  while excess(math.log(sigma_lo)) > 0:
-    sigma_lo *= shrink
-    if sigma_lo < MIN_NOISE_MULTIPLIER:
-      break
-  if sigma_lo < MIN_NOISE_MULTIPLIER or sigma_lo == sigma_hi:
-    sigma = sigma_lo if sigma_lo == sigma_hi else sigma_hi
-  else:
-    sigma = math.exp(optimize.brentq(excess, math.log(sigma_lo), math.log(sigma_hi),
-                                     xtol=max(rtol, 1e-6), rtol=1e-12))
+    def excess(log_sigma: float) -> float:
+      if log_sigma not in excess_cache:
+        excess_cache[log_sigma] = float(
+            np.dot(sizes, rates_at(math.exp(log_sigma), lenient=True))) - c
+      return excess_cache[log_sigma]
+
+    if sigma_hi is None:
+      # The paper's starting point: σ for the strictest budget at rate c/N.
+      sigma_hi = _search_noise(float(eps[finite].min()), delta,
+                               min(1.0, c / num_clients), rounds, eps_fn, rtol)
+    while excess(math.log(sigma_hi)) < 0:  # only possible through max_rate < c/N
+      sigma_hi *= 2.0
+      if sigma_hi > MAX_NOISE_MULTIPLIER:
+        raise InfeasibleBudgetError(
+            f"cannot reach {c:g} expected clients per round with max_rate="
+            f"{max_rate}; raise max_rate or lower clients_per_round.")
+    sigma_lo = sigma_hi
+    while excess(math.log(sigma_lo)) > 0:
+      sigma_lo *= shrink
+      if sigma_lo < MIN_NOISE_MULTIPLIER:
+        break
+    if sigma_lo < MIN_NOISE_MULTIPLIER or sigma_lo == sigma_hi:
+      sigma = sigma_lo if sigma_lo == sigma_hi else sigma_hi
+    else:
+      sigma = math.exp(optimize.brentq(excess, math.log(sigma_lo),
+                                       math.log(sigma_hi), xtol=_SIGMA_XTOL[search],
+                                       rtol=1e-12))
+    return sigma, rates_at
+
+  def refine(search: str, sigma1: float
+             ) -> tuple[float, Callable[[float, bool], np.ndarray]]:
+    """Secant steps on log σ for Σ_p |G_p| q_p(σ) = c under a costlier ε.
+
+    Each evaluation of this ε can take milliseconds, so instead of a full
+    bracketed solve we take at most ``_REFINE_STEPS`` secant steps from the
+    stage-1 σ and stop once the expected cohort is within ``_COHORT_RTOL``.
+    Whatever σ results, its rates are computed and verified exactly below.
+    """
+    eps_fn = _search_epsilon_fn(search)
+    rtol = _SEARCH_RTOL[search]
+
+    def rates_at(sigma: float, lenient: bool = False) -> np.ndarray:
+      rates = np.full(len(eps), max_rate)
+      groups = np.flatnonzero(np.isfinite(eps) & ((sizes > 0) | (not lenient)))
+      for p in groups:
+        try:
+          rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn,
+                                         max_rate, hints.get(p), rtol)
+        except InfeasibleBudgetError:
+          if not lenient:
+            raise
+          rates[p] = 0.0
+          continue
+        if sizes[p] > 0:
+          hints[p] = rates[p]
+      return rates
+
+    def log_total(log_sigma: float) -> float:
+      return math.log(max(1e-300, float(np.dot(sizes, rates_at(math.exp(log_sigma),
+                                                                 lenient=True)))))
+
+    target = math.log(c)
+    x0, f0 = math.log(sigma1), log_total(math.log(sigma1))
+    if abs(f0 - target) <= _COHORT_RTOL:
+      return sigma1, rates_at
+    # A small first step gives the secant a local slope (it can be ~2 or ~10).
+    x1 = x0 + max(-0.02, min(0.02, (target - f0) / 2.0))
+    for _ in range(_REFINE_STEPS):
+      f1 = log_total(x1)
+      if abs(f1 - target) <= _COHORT_RTOL or f1 == f0:
+        break
+      step = (target - f1) * (x1 - x0) / (f1 - f0)
+      x0, f0, x1 = x1, f1, x1 + max(-0.3, min(0.3, step))
+    return math.exp(x1), rates_at
+
+  # Stage 1: a bracketed solve with the cheap integer-order RDP. Stage 2: a few
+  # secant steps with the accountant's own (tighter, costlier) search ε from
+  # there, with the stage-1 rates as hints.
+  sigma, rates_at = solve("rdp_int", None, 0.5)
+  sigma, rates_at = refine(accountant, sigma)
   rates = rates_at(sigma)
   achieved = np.where(sizes > 0, math.inf, 0.0)
-  # Empty groups with a finite budget get the rate such a client would have.
-  for p in np.flatnonzero(np.isfinite(eps) & (sizes == 0)):
-    rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn, max_rate,
-                                   rtol=rtol)
   for p in np.flatnonzero(np.isfinite(eps)):
     rates[p], achieved[p] = _tighten_rate(rates[p], eps[p], sigma, rounds, delta,
                                           accountant)

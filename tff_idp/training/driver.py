@@ -71,6 +71,12 @@ class RoundDriver:
     run_fingerprint: anything identifying the calibration; a checkpoint made
       under another fingerprint is refused.
     progress: show a tqdm progress bar.
+    padding_input_fn: ``() -> client input`` with no data. When given, every
+      cohort is padded with such inputs up to a multiple of ``pad_multiple``.
+      Their updates are exactly zero, which the DP aggregator treats as absent
+      and the example-weighted mean weights by 0, so results are unchanged;
+      but TFF then sees a handful of cohort sizes instead of one per round,
+      which keeps its per-cardinality executors (memory, time) bounded.
   """
   process: Any
   sampler: PoissonClientSampler
@@ -84,6 +90,8 @@ class RoundDriver:
   run_fingerprint: Any = None
   progress: bool = True
   tensorboard: bool = True
+  padding_input_fn: Optional[Callable[[], Any]] = None
+  pad_multiple: int = 8
 
   def __post_init__(self):
     if self.eval_every < 1 or self.checkpoint_every < 1:
@@ -144,6 +152,9 @@ class RoundDriver:
         t0 = time.perf_counter()
         cohort = self.sampler.sample()
         inputs = [self.client_input_fn(cid, round_num) for cid in cohort]
+        if self.padding_input_fn is not None:
+          padded = -(-max(1, len(inputs)) // self.pad_multiple) * self.pad_multiple
+          inputs += [self.padding_input_fn() for _ in range(padded - len(inputs))]
         output = self.process.next(state, inputs)
         state = output.state
         if self.ledger is not None:

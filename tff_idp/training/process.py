@@ -100,7 +100,9 @@ def build_idp_fedavg_process(
       raise ValueError("per-client clip scales need a noise multiplier (SCALE is DP).")
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer, server_optimizer,
-        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+        # A round whose cohort is empty (or only padding) leaves the model as is.
+        model_aggregator=tff.aggregators.MeanFactory(no_nan_division=True))
   aggregator = AdaptiveClipDPMeanFactory(
       noise_multiplier, expected_clients_per_round, **(aggregator_kwargs or {}))
   if not per_client_clip_scale:
