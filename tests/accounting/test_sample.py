@@ -256,7 +256,7 @@ def test_group_rates_match_get_sample_rate_at_the_calibrated_sigma(fmnist_sizes)
   cal = fmnist_calibration("rdp", fmnist_sizes)
   for q, target in zip(cal.sampling_rates, cal.target_epsilons):
     q_alone = sample.get_sample_rate(target, cal.delta, cal.noise_multiplier, cal.rounds)
-    assert q == pytest.approx(q_alone, rel=1e-5)
+    assert q == pytest.approx(q_alone, rel=5e-4)  # both searches stop within 1e-4 of the budget
 
 
 def test_infinite_group_gets_max_rate_and_others_meet_budget():

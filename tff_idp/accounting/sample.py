@@ -41,10 +41,12 @@ class InfeasibleBudgetError(ValueError):
 EpsilonFn = Callable[[float, float, int, float], float]
 
 # Relative search tolerances: RDP evaluations are cheap, PLD ones are not.
-_SEARCH_RTOL = {"rdp_int": 1e-7, "rdp": 1e-5, "pld": 2e-4}
+_SEARCH_RTOL = {"rdp_int": 1e-7, "rdp": 1e-4, "pld": 2e-4}
 # Stage-2 (refined ε) cohort matching: relative tolerance and secant steps.
 _COHORT_RTOL = 1e-3
 _REFINE_STEPS = 8
+# Stage 2 is skipped when stage 1 already uses this share of every budget.
+_SKIP_RTOL = 2e-3
 # Relative tolerance on σ in the cohort-size root search.
 _SIGMA_XTOL = {"rdp_int": 1e-6, "rdp": 1e-4, "pld": 2e-4}
 
@@ -362,7 +364,7 @@ def get_group_sampling_rates(
                                        rtol=1e-12))
     return sigma, rates_at
 
-  def refine(search: str, sigma1: float
+  def refine(search: str, sigma1: float, stage1_rates_at
              ) -> tuple[float, Callable[[float, bool], np.ndarray]]:
     """Secant steps on log σ for Σ_p |G_p| q_p(σ) = c under a costlier ε.
 
@@ -394,6 +396,12 @@ def get_group_sampling_rates(
       return math.log(max(1e-300, float(np.dot(sizes, rates_at(math.exp(log_sigma),
                                                                  lenient=True)))))
 
+    # Skip the costly ε where the stage-1 rates already (nearly) use every
+    # group's budget under it (integer orders optimal, e.g. moderate σ and ε).
+    stage1_rates = stage1_rates_at(sigma1)
+    if all(eps_fn(stage1_rates[p], sigma1, rounds, delta) >= (1 - _SKIP_RTOL) * eps[p]
+           for p in np.flatnonzero(finite)):
+      return sigma1, stage1_rates_at
     target = math.log(c)
     x0, f0 = math.log(sigma1), log_total(math.log(sigma1))
     if abs(f0 - target) <= _COHORT_RTOL:
@@ -412,7 +420,7 @@ def get_group_sampling_rates(
   # secant steps with the accountant's own (tighter, costlier) search ε from
   # there, with the stage-1 rates as hints.
   sigma, rates_at = solve("rdp_int", None, 0.5)
-  sigma, rates_at = refine(accountant, sigma)
+  sigma, rates_at = refine(accountant, sigma, rates_at)
   rates = rates_at(sigma)
   achieved = np.where(sizes > 0, math.inf, 0.0)
   for p in np.flatnonzero(np.isfinite(eps)):
