@@ -306,32 +306,41 @@ def get_group_sampling_rates(
 
   hints: dict[int, float] = {}
 
-  def solve(search: str, sigma_hi: Optional[float], shrink: float
-            ) -> tuple[float, Callable[[float, bool], np.ndarray]]:
-    """σ with Σ_p |G_p| q_p(σ) = c under the search ε ``search``."""
+  def make_rates_at(search: str) -> Callable[[float, bool], np.ndarray]:
+    """q_p(σ) for every group under the search ε ``search``.
+
+    ``lenient`` (used only while bracketing σ): a non-empty group that would
+    need q < MIN_SAMPLING_RATE at a trial σ adds < N·1e-9 expected clients and
+    counts as 0; empty groups are skipped. Strict: every finite-budget group,
+    empty ones too (they get the rate such a client would have).
+    """
     eps_fn = _search_epsilon_fn(search)
     rtol = _SEARCH_RTOL[search]
 
     def rates_at(sigma: float, lenient: bool = False) -> np.ndarray:
       rates = np.full(len(eps), max_rate)
-      for p in np.flatnonzero(finite):
+      for p in np.flatnonzero(np.isfinite(eps) & ((sizes > 0) | (not lenient))):
         try:
           rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn,
                                          max_rate, hints.get(p), rtol)
         except InfeasibleBudgetError:
           if not lenient:
             raise
-          # Only while bracketing σ: the group would need q < MIN_SAMPLING_RATE
-          # at this trial σ, i.e. adds < N·1e-9 expected clients; count it as 0.
           rates[p] = 0.0
           continue
-        hints[p] = rates[p]
-      # Empty groups with a finite budget get the rate such a client would have.
-      if not lenient:
-        for p in np.flatnonzero(np.isfinite(eps) & (sizes == 0)):
-          rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn,
-                                         max_rate, rtol=rtol)
+        if sizes[p] > 0:
+          hints[p] = rates[p]
       return rates
+
+    return rates_at
+
+  def solve(search: str, sigma_hi: Optional[float], shrink: float
+            ) -> tuple[float, Callable[[float, bool], np.ndarray]]:
+    """σ with Σ_p |G_p| q_p(σ) = c under the search ε ``search``."""
+    eps_fn = _search_epsilon_fn(search)
+    rtol = _SEARCH_RTOL[search]
+
+    rates_at = make_rates_at(search)
 
     excess_cache: dict[float, float] = {}
 
@@ -374,23 +383,7 @@ def get_group_sampling_rates(
     Whatever σ results, its rates are computed and verified exactly below.
     """
     eps_fn = _search_epsilon_fn(search)
-    rtol = _SEARCH_RTOL[search]
-
-    def rates_at(sigma: float, lenient: bool = False) -> np.ndarray:
-      rates = np.full(len(eps), max_rate)
-      groups = np.flatnonzero(np.isfinite(eps) & ((sizes > 0) | (not lenient)))
-      for p in groups:
-        try:
-          rates[p] = _search_sample_rate(eps[p], delta, sigma, rounds, eps_fn,
-                                         max_rate, hints.get(p), rtol)
-        except InfeasibleBudgetError:
-          if not lenient:
-            raise
-          rates[p] = 0.0
-          continue
-        if sizes[p] > 0:
-          hints[p] = rates[p]
-      return rates
+    rates_at = make_rates_at(search)
 
     def log_total(log_sigma: float) -> float:
       return math.log(max(1e-300, float(np.dot(sizes, rates_at(math.exp(log_sigma),
