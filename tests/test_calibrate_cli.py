@@ -5,7 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import dp_accounting
 import numpy as np
 import pytest
 
@@ -20,13 +19,7 @@ def run_cli(*args):
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
-def dp_epsilon(q, sigma, rounds, delta, accountant="rdp"):
-  acc = (dp_accounting.rdp.RdpAccountant() if accountant == "rdp"
-         else dp_accounting.pld.PLDAccountant())
-  acc.compose(dp_accounting.SelfComposedDpEvent(
-      dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
-      rounds))
-  return acc.get_epsilon(delta)
+from tests.independent_dp import dp_epsilon
 
 
 FMNIST_ARGS = ["--epsilons=1,2,3", "--ratios=0.34,0.43,0.23", "--num_clients=3383",

@@ -3,7 +3,6 @@ import json
 import math
 import warnings
 
-import dp_accounting
 import pytest
 
 from tff_idp.accounting import sample
@@ -13,13 +12,7 @@ from tff_idp.accounting.ledger import BudgetOverrunWarning
 from tff_idp.accounting.ledger import PrivacyLedger
 
 
-def dp_epsilon(q, sigma, rounds, delta, accountant="rdp"):
-  acc = (dp_accounting.rdp.RdpAccountant() if accountant == "rdp"
-         else dp_accounting.pld.PLDAccountant())
-  acc.compose(dp_accounting.SelfComposedDpEvent(
-      dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
-      rounds))
-  return acc.get_epsilon(delta)
+from tests.independent_dp import dp_epsilon
 
 
 @pytest.fixture(scope="module")

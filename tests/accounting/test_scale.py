@@ -1,7 +1,6 @@
 """SCALE baseline: per-group clip scales at one noise level, checked with dp-accounting."""
 import math
 
-import dp_accounting
 import numpy as np
 import pytest
 
@@ -9,13 +8,7 @@ from tff_idp.accounting import scale
 from tff_idp.accounting import validation
 
 
-def dp_epsilon(q, sigma, rounds, delta, accountant="rdp"):
-  acc = (dp_accounting.rdp.RdpAccountant() if accountant == "rdp"
-         else dp_accounting.pld.PLDAccountant())
-  acc.compose(dp_accounting.SelfComposedDpEvent(
-      dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
-      rounds))
-  return acc.get_epsilon(delta)
+from tests.independent_dp import dp_epsilon
 
 
 @pytest.fixture(scope="module")
