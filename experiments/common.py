@@ -24,6 +24,7 @@ from tff_idp import aggregators
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training import privacy_plan
 from tff_idp.training.driver import RoundDriver
+from tff_idp.training.metrics import read_metrics
 from tff_idp.training.process import build_idp_fedavg_process
 from tff_idp.training.process import scaled_client_data
 
@@ -152,7 +153,7 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
                 if plan.client_clip_scales is not None else None)
       run_dir = os.path.join(config.output_dir, spec.name, f"seed{seed}")
       driver = RoundDriver(
-          process=_seeded(process, seed, plan.noise_multiplier is not None),
+          process=_SeededProcess(process, seed, plan.noise_multiplier is not None),
           sampler=PoissonClientSampler(client_ids, plan.client_rates, seed),
           client_input_fn=client_input_fn(train_data, config, seed, scales),
           output_dir=run_dir, ledger=plan.ledger,
@@ -166,8 +167,7 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
       driver.padding_input_fn = (
           (lambda e=empty: scaled_client_data(e, 1.0)) if scales is not None
           else (lambda e=empty: e))
-      _, rows = driver.run(config.rounds)
-      from tff_idp.training.metrics import read_metrics  # pylint: disable=g-import-not-at-top
+      driver.run(config.rounds)
       history = read_metrics(os.path.join(run_dir, "metrics.csv"))
       histories.append(history)
       finals.append(history[-1]["eval_accuracy"])
@@ -197,10 +197,6 @@ class _SeededProcess:
 
   def __getattr__(self, name):
     return getattr(self._process, name)
-
-
-def _seeded(process, seed: int, private: bool):
-  return _SeededProcess(process, seed, private)
 
 
 def format_table(config: TrainingConfig, results: list[dict]) -> str:
