@@ -42,3 +42,27 @@ def tff_model_fn(keras_builder: Callable[[], tf.keras.Model],
         metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
 
   return model_fn
+
+
+def build_rpdp_mnist_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
+                         seed: int = 0) -> tf.keras.Model:
+  """The two-layer CNN of rPDP-FL Table 1 (MNIST, 26,010 trainable parameters).
+
+  Conv(16, 8×8, stride 2, pad 3) → MaxPool(2, stride 1) → Conv(32, 4×4,
+  stride 2) → MaxPool(2, stride 1) → Dense 32 → Dense ``num_classes`` (logits),
+  all with tanh, as in Opacus' MNIST example that the paper's code uses.
+  """
+  init = tf.keras.initializers.GlorotUniform
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=input_shape),
+      tf.keras.layers.ZeroPadding2D(3),
+      tf.keras.layers.Conv2D(16, 8, strides=2, activation="tanh",
+                             kernel_initializer=init(seed)),
+      tf.keras.layers.MaxPool2D(2, strides=1),
+      tf.keras.layers.Conv2D(32, 4, strides=2, activation="tanh",
+                             kernel_initializer=init(seed + 1)),
+      tf.keras.layers.MaxPool2D(2, strides=1),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(32, activation="tanh", kernel_initializer=init(seed + 2)),
+      tf.keras.layers.Dense(num_classes, kernel_initializer=init(seed + 3)),
+  ])
