@@ -66,3 +66,38 @@ def build_rpdp_mnist_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
       tf.keras.layers.Dense(32, activation="tanh", kernel_initializer=init(seed + 2)),
       tf.keras.layers.Dense(num_classes, kernel_initializer=init(seed + 3)),
   ])
+
+
+def build_idp_fedavg_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
+                         rescale: float = 1.0, dropout: float = 0.1,
+                         seed: int = 0) -> tf.keras.Model:
+  """The 14-layer CNN of the IDP-FedAvg paper (Fig. 2, Sec. V-C).
+
+  Rescaling(``rescale``) → [Conv(32, 3×3, ReLU) → MaxPool(2) → Dropout(0.1)] ×3
+  → Flatten → Dense 64 (ReLU) → Dropout(0.1) → Dense ``num_classes``, as the
+  paper's code (``get_simple_cnn`` of luckyos-code/flidp). The last layer
+  returns logits: the softmax of Fig. 2 is folded into the loss
+  (``from_logits=True``), as everywhere in this toolkit. Rescaling sits
+  inside the model, so it takes stored pixels: ``rescale=1/255`` for
+  CIFAR-10 and SVHN (0..255), 1 for federated EMNIST (already in [0, 1]).
+  Works for 28×28×1 inputs (21,578 parameters; the third pooling leaves
+  1×1×32) and 32×32×3 inputs (28,298 parameters; 2×2×32); any input of at
+  least 22×22 fits. Dropout layers have fixed op seeds (``seed + 10..13``),
+  so a round is reproducible.
+  """
+  init = tf.keras.initializers.GlorotUniform
+  layers = [tf.keras.layers.InputLayer(input_shape=input_shape),
+            tf.keras.layers.Rescaling(rescale)]
+  for i in range(3):
+    layers += [
+        tf.keras.layers.Conv2D(32, 3, activation="relu", kernel_initializer=init(seed + i)),
+        tf.keras.layers.MaxPool2D(2),
+        tf.keras.layers.Dropout(dropout, seed=seed + 10 + i),
+    ]
+  layers += [
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(64, activation="relu", kernel_initializer=init(seed + 3)),
+      tf.keras.layers.Dropout(dropout, seed=seed + 13),
+      tf.keras.layers.Dense(num_classes, kernel_initializer=init(seed + 4)),
+  ]
+  return tf.keras.Sequential(layers)
