@@ -1,0 +1,138 @@
+"""Per-record budget accountant of rPDP-FL (§6.2, "The per-record privacy budget accountant").
+
+Before each round it *pre-checks* which records can still afford one more
+round within their ε_ij; a record that cannot is excluded (its rate becomes
+q = 0, so it stops costing anything). After the round it *updates* what each
+participating record has spent. Both use the exact Theorem 1 bound:
+
+* Type II (default): every active record is charged ρ^{τ,λ}(q_ij) per round,
+  whether or not its client was sampled (the amplification by client
+  sampling already accounts for that randomness).
+* Type I: an active record is charged ρ^τ(q_ij) on rounds its client was
+  sampled; the calibration's λ·T·ρ^τ is the expected charge, and this ledger
+  stops any record whose client happens to be sampled more often.
+
+The state is one integer per record (rounds charged), because a record's
+charge per round depends only on its rate; it is a plain dict of lists, so
+the round driver checkpoints and restores it exactly. This module imports no
+TensorFlow.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from tff_idp.accounting import rdp_two_stage
+from tff_idp.accounting.rdp_two_stage import TwoStageParams
+
+
+class RecordBudgetAccountant:
+  """Tracks ε spent by every record and excludes records that cannot afford a round.
+
+  Args:
+    budgets: ``{client_id: ε_ij array}``.
+    rates: ``{client_id: q_ij array}`` (same shapes), e.g. from
+      :func:`tff_idp.accounting.record_calibration.calibrate_record_rates`.
+    params: the run's σ, τ, λ, δ and threat model (``rounds`` is the
+      calibrated T; the ledger enforces budgets, not T).
+  """
+
+  metric_names: Sequence[str] = ("records_active", "records_excluded",
+                                 "epsilon_spent_min", "epsilon_spent_mean",
+                                 "epsilon_spent_max", "budget_used_max")
+
+  def __init__(self, budgets: Mapping[str, np.ndarray], rates: Mapping[str, np.ndarray],
+               params: TwoStageParams):
+    if set(budgets) != set(rates):
+      raise ValueError("budgets and rates must have the same client ids.")
+    self.params = params
+    self.client_ids = list(budgets)
+    self._slices = {}
+    start = 0
+    for cid in self.client_ids:
+      b = np.asarray(budgets[cid], dtype=float).reshape(-1)
+      q = np.asarray(rates[cid], dtype=float).reshape(-1)
+      if b.shape != q.shape:
+        raise ValueError(f"client {cid!r}: {b.size} budgets but {q.size} rates.")
+      self._slices[cid] = slice(start, start + b.size)
+      start += b.size
+    self.budgets = np.concatenate(
+        [np.asarray(budgets[c], dtype=float).reshape(-1) for c in self.client_ids]
+    ) if self.client_ids else np.zeros(0)
+    q_all = np.concatenate(
+        [np.asarray(rates[c], dtype=float).reshape(-1) for c in self.client_ids]
+    ) if self.client_ids else np.zeros(0)
+    rdp_two_stage.check_rates(q_all)
+    self.rates = q_all
+    self._q_values, self._q_index = np.unique(q_all, return_inverse=True)
+    self._round_rdp = rdp_two_stage.round_rdp(self._q_values, params)
+    self.charged = np.zeros(q_all.size, dtype=np.int64)
+    self.active = q_all > 0
+    self.rounds_done = 0
+
+  # -- ε of (rate, rounds charged) pairs, computed once per distinct pair ----
+  def _epsilon(self, q_index: np.ndarray, charges: np.ndarray) -> np.ndarray:
+    pairs = np.stack([q_index, charges], axis=1)
+    uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    rdp = uniq[:, 1:2].astype(float) * self._round_rdp[uniq[:, 0]]
+    eps = rdp_two_stage.rdp_to_epsilon(rdp, self.params.delta)
+    return eps[inverse.reshape(-1)]
+
+  def spent(self) -> np.ndarray:
+    """ε spent so far by every record (flat, in client order)."""
+    return self._epsilon(self._q_index, self.charged)
+
+  def spent_by_client(self) -> dict[str, np.ndarray]:
+    eps = self.spent()
+    return {cid: eps[s] for cid, s in self._slices.items()}
+
+  def begin_round(self) -> None:
+    """Pre-check: exclude every record whose next charge would exceed its budget."""
+    candidates = np.flatnonzero(self.active)
+    if candidates.size:
+      eps_next = self._epsilon(self._q_index[candidates], self.charged[candidates] + 1)
+      self.active[candidates[eps_next > self.budgets[candidates]]] = False
+
+  def current_rates(self, client_id: str) -> np.ndarray:
+    """q_ij for this round: the calibrated rate, or 0 for excluded records."""
+    s = self._slices[client_id]
+    return np.where(self.active[s], self.rates[s], 0.0)
+
+  def end_round(self, sampled_clients: Iterable[str]) -> None:
+    """Update: charge every active record (Type II) or those of sampled clients (Type I)."""
+    if self.params.threat_model == "type2":
+      self.charged[self.active] += 1
+    else:
+      for cid in sampled_clients:
+        s = self._slices[cid]
+        charged = self.charged[s]  # a view: updating it updates the ledger
+        charged[self.active[s]] += 1
+    self.rounds_done += 1
+
+  def metrics(self) -> dict:
+    eps = self.spent()
+    finite = np.isfinite(self.budgets)
+    used = eps[finite] / self.budgets[finite] if np.any(finite) else np.zeros(1)
+    return {
+        "records_active": int(self.active.sum()),
+        "records_excluded": int(np.count_nonzero(~self.active & (self.rates > 0))),
+        "epsilon_spent_min": float(eps.min()) if eps.size else 0.0,
+        "epsilon_spent_mean": float(eps.mean()) if eps.size else 0.0,
+        "epsilon_spent_max": float(eps.max()) if eps.size else 0.0,
+        "budget_used_max": float(used.max()) if used.size else 0.0,
+    }
+
+  def get_state(self) -> dict:
+    return {"charged": self.charged.tolist(), "active": self.active.astype(int).tolist(),
+            "rounds_done": self.rounds_done}
+
+  def set_state(self, state: dict) -> None:
+    charged = np.asarray(state["charged"], dtype=np.int64)
+    if charged.shape != self.charged.shape:
+      raise ValueError(
+          f"checkpointed record ledger has {charged.size} records, this run has "
+          f"{self.charged.size}; it belongs to another dataset or budget assignment.")
+    self.charged = charged
+    self.active = np.asarray(state["active"], dtype=bool)
+    self.rounds_done = int(state["rounds_done"])
