@@ -1,0 +1,154 @@
+"""The local update of rPDP-FL as plain TensorFlow (Alg. 3, lines 9-16).
+
+For each of τ local steps, a client
+
+1. Poisson-samples its records, record j with its own rate q_j
+   (:func:`poisson_record_mask`);
+2. computes the per-example gradients of the sampled records, vectorised
+   over the batch (:mod:`tff_idp.client_work.per_example`; no Python loop
+   over examples and no micro-batches of one);
+3. clips each to L₂ norm ≤ L and (optionally) multiplies it by a per-example
+   weight w_j ∈ [0, 1] (:func:`clipped_gradient_sum`). Weights in [0, 1] keep
+   the sum's sensitivity at L, so the privacy analysis is unchanged; they are
+   the hook for re-weighting schemes such as INO-SGD;
+4. sums, adds N(0, σ²L²) to every coordinate, and divides by the **expected**
+   batch size Σ_j q_j. The realised batch size |S| would depend on whether a
+   given record was sampled, so dividing by it changes the sum's sensitivity
+   in a data-dependent way and the Gaussian analysis of Lemma 6 would no
+   longer apply; Σ_j q_j is fixed before sampling;
+5. takes one optimizer step.
+
+Randomness is stateless, derived from a per-client seed that travels with the
+data, so a round can be replayed bit for bit (and resumed exactly).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp.client_work import per_example
+
+LossFn = per_example.LossFn
+ExampleWeightFn = per_example.ExampleWeightFn
+
+_SAMPLING_STREAM = 0
+_NOISE_STREAM = 1
+
+
+def sparse_categorical_crossentropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+  """Per-example cross-entropy of integer labels and logits (shape [B])."""
+  return tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+
+
+def poisson_record_mask(rates: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  """Independent Bernoulli(q_j) inclusion of every record (non-uniform Poisson sampling)."""
+  u = tf.random.stateless_uniform(tf.shape(rates), seed=seed, dtype=rates.dtype)
+  return u < rates
+
+
+def keras_model_of(model: tff.learning.models.VariableModel) -> Optional[tf.keras.Model]:
+  """The Keras model inside a ``tff.learning.models.from_keras_model`` model, if any."""
+  return getattr(model, "_keras_model", None)
+
+
+def clipped_gradient_sum(model: tff.learning.models.VariableModel, x: tf.Tensor,
+                         y: tf.Tensor, clip_norm: float, loss_fn: LossFn,
+                         example_weight_fn: Optional[ExampleWeightFn] = None,
+                         force_generic: bool = False):
+  """Σ_j w_j · clip_L(∇ℓ(x_j, y_j)) over a batch, vectorised over examples.
+
+  Uses the layer-wise fast path of :mod:`tff_idp.client_work.per_example`
+  when the model is a supported Keras ``Sequential``, else ``vectorized_map``.
+
+  Returns:
+    (list of summed clipped gradients in ``model.trainable_variables`` order;
+     per-example losses [B]; per-example gradient norms [B]).
+  """
+  variables = list(model.trainable_variables)
+  keras_model = keras_model_of(model)
+  if not force_generic and per_example.supports_layerwise(keras_model):
+    sums, losses, norms = per_example.layerwise_clipped_sum(
+        keras_model, x, y, clip_norm, loss_fn, example_weight_fn)
+  else:
+    sums, losses, norms = per_example.vectorized_clipped_sum(
+        lambda xb: model.predict_on_batch(xb, training=True), variables, x, y,
+        clip_norm, loss_fn, example_weight_fn)
+  return [sums[v.ref()] for v in variables], losses, norms
+
+
+def build_local_dp_sgd(model: tff.learning.models.VariableModel,
+                       optimizer: tff.learning.optimizers.Optimizer,
+                       local_steps: int, noise_multiplier: float, clip_norm: float,
+                       loss_fn: LossFn = sparse_categorical_crossentropy,
+                       example_weight_fn: Optional[ExampleWeightFn] = None):
+  """Returns a ``tf.function`` running τ steps of record-level Poisson DP-SGD.
+
+  The returned function takes ``(initial_weights, x, y, q, seed)``: the model
+  weights (``tff.learning.models.ModelWeights``), all of the client's records
+  (features ``x``, labels ``y``), their current rates ``q`` (0 = excluded)
+  and an int64[2] seed; it returns ``(delta, stats)`` where ``delta`` is
+  ``initial − final`` trainable weights (TFF's model-delta convention) and
+  ``stats`` holds sums for metrics: loss over sampled examples, sampled
+  examples, clipped examples, Σ_j q_j and steps taken.
+  """
+  if local_steps < 1:
+    raise ValueError(f"local_steps={local_steps!r} must be >= 1.")
+  if noise_multiplier < 0:
+    raise ValueError(f"noise_multiplier={noise_multiplier!r} must be >= 0 (0 = no noise).")
+  if not clip_norm > 0:
+    raise ValueError(f"clip_norm={clip_norm!r} must be > 0 (inf = no clipping).")
+  if noise_multiplier > 0 and not np.isfinite(clip_norm):
+    raise ValueError("noise needs a finite clip_norm: σ·L is the noise std.")
+  noise_std = float(noise_multiplier) * float(clip_norm) if noise_multiplier > 0 else 0.0
+
+  @tf.function
+  def local_update(initial_weights, x, y, q, seed):
+    model_weights = tff.learning.models.ModelWeights.from_model(model)
+    tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, initial_weights)
+    trainable = tuple(model_weights.trainable)
+    q = tf.cast(q, tf.float32)
+    expected_batch = tf.reduce_sum(q)
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+    opt_state = optimizer.initialize(specs)
+    loss_sum = tf.constant(0.0)
+    sampled = tf.constant(0.0)
+    clipped = tf.constant(0.0)
+    steps = tf.constant(0.0)
+    if expected_batch > 0.0:
+      for step in tf.range(local_steps):
+        step_seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(step, tf.int64))
+        mask = poisson_record_mask(
+            q, tf.random.experimental.stateless_fold_in(step_seed, _SAMPLING_STREAM))
+        xb = tf.boolean_mask(x, mask)
+        yb = tf.boolean_mask(y, mask)
+        n = tf.shape(yb)[0]
+        if n > 0:
+          grad_sums, losses, norms = clipped_gradient_sum(
+              model, xb, yb, clip_norm, loss_fn, example_weight_fn)
+          loss_sum += tf.reduce_sum(losses)
+          clipped += tf.reduce_sum(tf.cast(norms > clip_norm, tf.float32))
+        else:
+          grad_sums = [tf.zeros_like(v) for v in trainable]
+        sampled += tf.cast(n, tf.float32)
+        noise_seed = tf.random.experimental.stateless_fold_in(step_seed, _NOISE_STREAM)
+        noisy = []
+        for k, g in enumerate(grad_sums):
+          z = tf.random.stateless_normal(
+              tf.shape(g), seed=tf.random.experimental.stateless_fold_in(noise_seed, k),
+              stddev=noise_std, dtype=g.dtype)
+          noisy.append((g + z) / expected_batch)
+        opt_state, new_weights = optimizer.next(
+            opt_state, tuple(v.read_value() for v in trainable), tuple(noisy))
+        for v, w in zip(trainable, new_weights):
+          v.assign(w)
+        steps += 1.0
+    delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
+                                  [v.read_value() for v in trainable])
+    stats = dict(loss_sum=loss_sum, sampled=sampled, clipped=clipped,
+                 expected_batch=expected_batch * steps, steps=steps)
+    return delta, stats
+
+  return local_update
