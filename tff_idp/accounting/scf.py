@@ -17,6 +17,7 @@ to set rates.
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Optional
 
@@ -83,23 +84,63 @@ class ScfFit:
     return q
 
 
+#: Range of the exponent a searched by the fit. Below A_MIN, exp(a·q + b) + c
+#: is a straight line on [0, 1] to within float precision; the fit stops there
+#: when ε*(q) is concave (small σ), where the best curve of this family is the
+#: linear limit a → 0, b → ∞, c → −∞ that an unbounded fit chases forever.
+A_MIN, A_MAX = 1e-3, 60.0
+
+
+def _linear_part(q: np.ndarray, eps: np.ndarray, a: float) -> tuple[float, float, float]:
+  """For fixed a, f is linear in (e^b, c): least squares gives them exactly."""
+  design = np.stack([np.exp(a * q), np.ones_like(q)], axis=1)
+  (scale, c), *_ = np.linalg.lstsq(design, eps, rcond=None)
+  rss = float(np.sum((design @ np.array([scale, c]) - eps) ** 2))
+  return float(scale), float(c), (rss if scale > 0 else np.inf)
+
+
+def _fit_exponential(q: np.ndarray, eps: np.ndarray) -> tuple[float, float, float]:
+  """Global least-squares fit of exp(a·q + b) + c, a ∈ [A_MIN, A_MAX].
+
+  Variable projection: (e^b, c) are solved exactly for each a, leaving a 1-D
+  search over a (a log grid, then a bounded scalar minimisation around the
+  best grid point); SciPy's curve_fit then polishes all three parameters and
+  is kept only if it converges to a lower residual.
+  """
+  grid = np.geomspace(A_MIN, A_MAX, 121)
+  rss = np.array([_linear_part(q, eps, a)[2] for a in grid])
+  if not np.any(np.isfinite(rss)):
+    raise RuntimeError("ε*(q) is not increasing on the grid; exp(a·q + b) + c cannot fit it.")
+  k = int(np.argmin(rss))
+  lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, grid.size - 1)]
+  res = optimize.minimize_scalar(lambda la: _linear_part(q, eps, math.exp(la))[2],
+                                 bounds=(math.log(lo), math.log(hi)), method="bounded",
+                                 options={"xatol": 1e-10})
+  a = math.exp(res.x) if res.fun <= rss[k] else float(grid[k])
+  scale, c, best = _linear_part(q, eps, a)
+  params = (a, math.log(scale), c)
+  with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
+    warnings.simplefilter("ignore", optimize.OptimizeWarning)
+    try:
+      polished, _ = optimize.curve_fit(_model, q, eps, p0=list(params), maxfev=2000)
+      polished_rss = float(np.sum((_model(q, *polished) - eps) ** 2))
+      if polished[0] > 0 and np.all(np.isfinite(polished)) and polished_rss < best:
+        params = tuple(float(x) for x in polished)
+    except RuntimeError:
+      pass  # the projected fit stands
+  return params
+
+
 def fit_scf(params: TwoStageParams, q_grid: Optional[np.ndarray] = None) -> ScfFit:
   """Alg. 2: simulate ε*(q) on Π, fit exp(a·q + b) + c, return the estimator."""
   q, eps = simulate(params, q_grid)
-  # Start from a straight-line fit of log ε*, which fixes a and b up to c.
-  positive = eps > 0
-  if positive.sum() < 3:
+  if np.count_nonzero(eps > 0) < 3:
     raise ValueError("ε*(q) is 0 on almost all of the grid; nothing to fit.")
-  slope, intercept = np.polyfit(q[positive], np.log(eps[positive]), 1)
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", optimize.OptimizeWarning)
-    try:
-      (a, b, c), _ = optimize.curve_fit(_model, q, eps, p0=[slope, intercept, 0.0],
-                                        maxfev=20000)
-    except RuntimeError as e:
-      raise RuntimeError(
-          f"SCF curve fit did not converge for {params}: {e}. Pass a denser or "
-          "narrower q_grid.") from e
+  try:
+    a, b, c = _fit_exponential(q, eps)
+  except RuntimeError as e:
+    raise RuntimeError(
+        f"SCF curve fit failed for {params}: {e} Pass a denser or narrower q_grid.") from e
   residual = np.sum((_model(q, a, b, c) - eps) ** 2)
   total = np.sum((eps - eps.mean()) ** 2)
   r_squared = float(1.0 - residual / total) if total > 0 else 1.0
