@@ -7,9 +7,10 @@ clients are added, and the same seed gives the same budgets bit for bit.
 
 * :class:`ThreeLevels`: ε ∈ {0.1, 1, 5} at 70/20/10% (rPDP-FL §7.2 default).
 * :class:`BoundedMixGauss`: mixture of N(0.1, 0.01), N(1, 0.05), N(5, 0.5)
-  (mean, std) at 0.7/0.2/0.1, truncated to [0.1, 10]. Truncation resamples
-  draws outside the bounds (it does not clip them onto the bounds, which would
-  pile a point mass on 0.1).
+  (mean, std) at 0.7/0.2/0.1, each component truncated to [0.1, 10].
+  Truncation redraws values outside the bounds from the same component (it
+  does not clip them onto the bounds, which would pile a point mass on 0.1,
+  and it keeps the component weights at 0.7/0.2/0.1).
 * :class:`BoundedPareto`: Pareto(shape 1, scale 0.1) truncated to [0.1, 10],
   drawn exactly by inverting the truncated CDF.
 * :class:`Groups`: fixed groups, e.g. the user-study splits of IDP-FedAvg
@@ -71,17 +72,21 @@ class BoundedMixGauss:
       raise ValueError("every std must be > 0.")
 
   def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+    # Each record keeps the component it drew and redraws only its value, so
+    # the components keep their weights (redrawing the component as well would
+    # shrink the 0.7 of N(0.1, 0.01), half of which lies below 0.1, to 0.54).
+    k = rng.choice(len(self.means), size=n, p=np.asarray(self.weights))
+    means, stds = np.asarray(self.means)[k], np.asarray(self.stds)[k]
     out = np.empty(n)
     todo = np.arange(n)
     for _ in range(1000):
       if todo.size == 0:
         return out
-      k = rng.choice(len(self.means), size=todo.size, p=np.asarray(self.weights))
-      draw = rng.normal(np.asarray(self.means)[k], np.asarray(self.stds)[k])
+      draw = rng.normal(means[todo], stds[todo])
       ok = (draw >= self.low) & (draw <= self.high)
       out[todo[ok]] = draw[ok]
       todo = todo[~ok]
-    raise ValueError("BoundedMixGauss: the bounds exclude almost all of the mixture's mass.")
+    raise ValueError("BoundedMixGauss: the bounds exclude almost all of a component's mass.")
 
 
 @dataclasses.dataclass(frozen=True)
