@@ -60,6 +60,12 @@ class FederatedSplit:
   def test_path(self) -> str:
     return os.path.join(self.directory, builder.TEST_FILE)
 
+  @property
+  def num_clients(self) -> Optional[int]:
+    if self.manifest is not None:
+      return int(self.manifest["num_clients"])
+    return len(sql_split.client_sizes(self.train_path))
+
   def train_client_data(self):
     """ClientData of OrderedDict(x=float32 [H, W, C], y=int32), stored pixel scale."""
     return sql_split.load_client_data(self.train_path, self.info.features)

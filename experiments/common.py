@@ -78,18 +78,24 @@ def client_input_fn(train_data: tff.simulation.datasets.ClientData,
 
 
 def keras_evaluator(keras_builder: Callable[[], tf.keras.Model],
-                    test_x: np.ndarray, test_y: np.ndarray) -> Callable[[Any], dict]:
+                    test_x: np.ndarray, test_y: np.ndarray,
+                    batch_size: Optional[int] = None) -> Callable[[Any], dict]:
   """Centralized evaluation of the server model on the test set (in-process).
 
   The Keras model is rebuilt per call: TFF traces models inside graphs, which
-  invalidates Keras models built earlier outside them.
+  invalidates Keras models built earlier outside them. ``batch_size`` bounds
+  memory for large test sets and CNNs (None: the whole test set at once).
   """
   loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
   def evaluate(model_weights) -> dict:
     model = keras_builder()
     model_weights.assign_weights_to(model)
-    logits = model(test_x, training=False).numpy()
+    if batch_size is None:
+      logits = model(test_x, training=False).numpy()
+    else:
+      logits = np.concatenate([model(test_x[i:i + batch_size], training=False).numpy()
+                               for i in range(0, len(test_x), batch_size)])
     return {"loss": float(loss_fn(test_y, logits).numpy()),
             "accuracy": float(np.mean(np.argmax(logits, -1) == test_y))}
 
@@ -122,12 +128,13 @@ def validate(config: TrainingConfig, num_clients: int) -> None:
 
 def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
             test_x: np.ndarray, test_y: np.ndarray,
-            aggregator_kwargs: Optional[dict] = None) -> list[dict]:
+            aggregator_kwargs: Optional[dict] = None,
+            eval_batch_size: Optional[int] = None) -> list[dict]:
   """Runs every (run spec, seed); returns one summary row per run spec."""
   client_ids = list(train_data.client_ids)
   specs = [privacy_plan.parse_run_spec(r, config.ratios, len(config.budgets))
            for r in config.runs]
-  evaluate = keras_evaluator(keras_builder, test_x, test_y)
+  evaluate = keras_evaluator(keras_builder, test_x, test_y, eval_batch_size)
   results = []
   for spec in specs:
     finals, histories, plan_summary = [], [], None
