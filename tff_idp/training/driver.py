@@ -35,6 +35,11 @@ BASE_FIELDS = ["round", "clients_sampled", "train_loss", "train_accuracy", "clip
                "eval_accuracy", "seconds"]
 
 
+# Written for record-level (rPDP-FL) runs, from the client work's measurements.
+RECORD_LEVEL_FIELDS = ["sampled_records", "clipped_fraction", "mean_expected_batch",
+                       "participating_clients"]
+
+
 def _flatten(tree: Any, prefix: str = "") -> dict:
   out = {}
   if hasattr(tree, "items"):
@@ -77,6 +82,12 @@ class RoundDriver:
       and the example-weighted mean weights by 0, so results are unchanged;
       but TFF then sees a handful of cohort sizes instead of one per round,
       which keeps its per-cardinality executors (memory, time) bounded.
+    record_accountant: per-record budget accountant (rPDP-FL §6.2), e.g.
+      ``tff_idp.accounting.record_ledger.RecordBudgetAccountant``: its
+      ``begin_round()`` runs before the cohort is sampled (pre-check and
+      exclusion; ``client_input_fn`` reads the resulting rates), its
+      ``end_round(cohort)`` after the round, its ``metrics()`` go into the
+      metric rows and its state into every checkpoint.
   """
   process: Any
   sampler: PoissonClientSampler
@@ -92,6 +103,7 @@ class RoundDriver:
   tensorboard: bool = True
   padding_input_fn: Optional[Callable[[], Any]] = None
   pad_multiple: int = 8
+  record_accountant: Optional[Any] = None
 
   def __post_init__(self):
     if self.eval_every < 1 or self.checkpoint_every < 1:
@@ -107,7 +119,9 @@ class RoundDriver:
     return os.path.join(self.output_dir, "checkpoints")
 
   def _fields(self) -> list[str]:
-    return BASE_FIELDS + [f"epsilon_{g}" for g in self.group_names]
+    extra = (list(RECORD_LEVEL_FIELDS) + list(self.record_accountant.metric_names)
+             if self.record_accountant else [])
+    return BASE_FIELDS + [f"epsilon_{g}" for g in self.group_names] + extra
 
   def _restore(self, template: Any) -> tuple[Any, int]:
     last = checkpoint.latest_round(self.checkpoint_dir)
@@ -122,6 +136,8 @@ class RoundDriver:
     self.sampler.set_state(meta["sampler"])
     if self.ledger is not None:
       self.ledger.set_state(meta["ledger"])
+    if self.record_accountant is not None:
+      self.record_accountant.set_state(meta["record_accountant"])
     logging.info("resumed from round %d (%s)", last, self.checkpoint_dir)
     return state, last
 
@@ -130,6 +146,8 @@ class RoundDriver:
         "fingerprint": self._fingerprint,
         "sampler": self.sampler.get_state(),
         "ledger": self.ledger.get_state() if self.ledger is not None else None,
+        "record_accountant": (self.record_accountant.get_state()
+                              if self.record_accountant is not None else None),
     })
 
   def run(self, total_rounds: int) -> tuple[Any, list[dict]]:
@@ -150,6 +168,8 @@ class RoundDriver:
         if self.ledger is not None:
           self.ledger.check_can_run(1)
         t0 = time.perf_counter()
+        if self.record_accountant is not None:
+          self.record_accountant.begin_round()
         cohort = self.sampler.sample()
         inputs = [self.client_input_fn(cid, round_num) for cid in cohort]
         if self.padding_input_fn is not None:
@@ -159,6 +179,8 @@ class RoundDriver:
         state = output.state
         if self.ledger is not None:
           self.ledger.record_round()
+        if self.record_accountant is not None:
+          self.record_accountant.end_round(cohort)
         flat = _flatten(output.metrics)
         row = {
             "round": round_num,
@@ -170,6 +192,10 @@ class RoundDriver:
             "mean_noise_std": _pick(flat, "aggregator/mean_noise_std"),
             "unclipped_fraction": _pick(flat, "aggregator/unclipped_fraction"),
         }
+        if self.record_accountant is not None:
+          for name in RECORD_LEVEL_FIELDS:
+            row[name] = _pick(flat, f"train/{name}")
+          row.update(self.record_accountant.metrics())
         evaluating = round_num % self.eval_every == 0 or round_num == total_rounds
         # RDP ε is cheap (cached per-step RDP, scaled); a PLD composition costs
         # ~1 s per group, so PLD ledgers are read on evaluation rounds only.
