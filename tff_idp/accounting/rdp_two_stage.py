@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Sequence
 
 import numpy as np
@@ -52,6 +53,11 @@ ORDERS: np.ndarray = np.array(
 _TABLE = fast_rdp._OrderTable(ORDERS)  # pylint: disable=protected-access
 
 THREAT_MODELS = ("type2", "type1")
+
+
+def _is_positive_integer(value) -> bool:
+  return (isinstance(value, numbers.Real) and math.isfinite(value)
+          and value == int(value) and value >= 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +81,10 @@ class TwoStageParams:
 
   def __post_init__(self):
     validation.check_noise_multiplier(self.noise_multiplier)
-    if int(self.local_steps) != self.local_steps or self.local_steps < 1:
+    if not _is_positive_integer(self.local_steps):
       raise ValueError(f"local_steps (τ)={self.local_steps!r} must be a positive integer.")
+    if not _is_positive_integer(self.rounds):  # before int(), which fails on nan/inf
+      raise ValueError(f"rounds={self.rounds!r} must be a positive integer.")
     validation.check_rounds(self.rounds)
     lam = float(self.client_rate)
     if not 0.0 < lam <= 1.0:
