@@ -49,12 +49,16 @@ _LEVEL_RATIOS = flags.DEFINE_list("level_ratios", ["0.7", "0.2", "0.1"],
                                   "three_levels: the share of records at each ε.")
 _METHODS = flags.DEFINE_list("methods", list(record_level.METHODS),
                              f"Methods to compare: {', '.join(record_level.METHODS)}.")
-_ROUNDS = flags.DEFINE_integer("rounds", 15, "T: communication rounds.")
+_ESTIMATOR = flags.DEFINE_enum(
+    "estimator", "scf", ["scf", "exact", "binary_search"],
+    "How 'ours' turns ε_ij into q_ij: SCF (Alg. 2, re-checked and lowered where over "
+    "budget), the exact inverse, or BinarySearch.")
+_ROUNDS = flags.DEFINE_integer("rounds", 30, "T: communication rounds.")
 _LOCAL_STEPS = flags.DEFINE_integer("local_steps", 10, "τ: local DP-SGD steps per round.")
 _CLIENT_RATE = flags.DEFINE_float("client_rate", 0.5, "λ: client sampling rate.")
 _NOISE = flags.DEFINE_float("noise_multiplier", 2.0, "σ: noise multiplier of each step.")
 _CLIP = flags.DEFINE_float("clip_norm", 1.0, "L: per-example clipping norm.")
-_LR = flags.DEFINE_float("learning_rate", 0.5, "Client SGD learning rate η.")
+_LR = flags.DEFINE_float("learning_rate", 1.0, "Client SGD learning rate η.")
 _DELTA = flags.DEFINE_float("delta", 1e-4, "Target δ.")
 _THREAT = flags.DEFINE_enum("threat_model", "type2", list(THREAT_MODELS),
                             "type2: third parties see global models (Thm 1 (1)); "
@@ -196,15 +200,16 @@ def plot(results: list[dict], out: str) -> None:
 
 def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, seeds,
         output_dir: str, clip_norm: float, learning_rate: float, privacy_free_batch: float,
-        eval_every: int, checkpoint_every: int, progress: bool) -> list[dict]:
+        eval_every: int, checkpoint_every: int, progress: bool,
+        estimator: str = "scf") -> list[dict]:
   """Every method × seed; returns one summary row per method."""
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
       y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(federation.keras_builder, spec)
   evaluate = evaluator(federation.keras_builder, federation.test_x, federation.test_y)
-  plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch)
-           for m in methods}
+  plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch,
+                                            estimator) for m in methods}
   processes = {}
   results = []
   flat_budgets = np.concatenate(list(budgets.values()))
@@ -223,7 +228,7 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
       _, _, accountant = record_level.run_record_level(
           processes[key], federation.records, plan, seed, run_dir, evaluate,
           eval_every, checkpoint_every, progress,
-          fingerprint=[federation.name, learning_rate])
+          fingerprint=[federation.name, learning_rate, estimator])
       rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
       finals.append(rows[-1]["eval_accuracy"])
       if not history:
@@ -283,7 +288,7 @@ def main(argv):
   with runtime.execution_context(device=_DEVICE.value):
     results = run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
                   _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
-                  _CHECKPOINT_EVERY.value, _PROGRESS.value)
+                  _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value)
   table = format_table(results, len(seeds))
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   with open(os.path.join(_OUTPUT_DIR.value, "summary.md"), "w") as f:

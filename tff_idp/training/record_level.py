@@ -85,8 +85,13 @@ def _split(flat: np.ndarray, sizes: Mapping[str, int]) -> dict:
 
 def make_record_plan(method: str, budgets: Mapping[str, np.ndarray],
                      params: TwoStageParams, clip_norm: float,
-                     privacy_free_batch: float = 64.0) -> RecordPlan:
-  """Per-record rates for ``method`` (see module doc), verified never over budget."""
+                     privacy_free_batch: float = 64.0, estimator: str = "scf") -> RecordPlan:
+  """Per-record rates for ``method`` (see module doc), verified never over budget.
+
+  ``estimator`` picks how ``ours`` maps ε_ij to q_ij: "scf" (Alg. 2, the
+  paper), "exact" (vectorised exact inverse, no unused budget beyond 0.3%)
+  or "binary_search" (IDP-SGD style). Minimum and Dropout use "exact".
+  """
   if method not in METHODS:
     raise ValueError(f"method={method!r} must be one of {METHODS}.")
   sizes = {cid: len(b) for cid, b in budgets.items()}
@@ -105,7 +110,7 @@ def make_record_plan(method: str, budgets: Mapping[str, np.ndarray],
   else:  # dropout
     effective = np.full_like(flat, float(np.mean(flat[np.isfinite(flat)])))
   result = record_calibration.calibrate_record_rates(
-      effective, params, method="scf" if method == "ours" else "exact")
+      effective, params, method=estimator if method == "ours" else "exact")
   q = result.q.copy()
   summary = dict(result.summary(), method=method)
   if method == "dropout":

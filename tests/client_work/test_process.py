@@ -1,0 +1,89 @@
+"""rPDP-FL client work as TFF computations: signatures and behaviour."""
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp import models
+from tff_idp.client_work import process
+
+pytestmark = pytest.mark.usefixtures("tff_runtime")
+
+SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 4], tf.float32),
+                               y=tf.TensorSpec([None], tf.int32))
+MODEL_FN = models.tff_model_fn(lambda: models.build_logistic_regression(4, 3, seed=0), SPEC)
+
+
+def _client(seed, n=20, q=0.5, round_num=1):
+  rng = np.random.default_rng(seed)
+  return process.record_dataset(rng.normal(size=(n, 4)).astype(np.float32),
+                                rng.integers(0, 3, n).astype(np.int32),
+                                np.full(n, q), (seed, round_num), batch_size=7)
+
+
+def _empty():
+  return process.record_dataset(np.zeros((0, 4), np.float32), np.zeros(0, np.int32),
+                                np.zeros(0), (0, 0))
+
+
+@pytest.fixture(scope="module")
+def client_work():
+  return process.build_record_dp_client_work(
+      MODEL_FN, tff.learning.optimizers.build_sgdm(0.1), local_steps=3,
+      noise_multiplier=1.0, clip_norm=1.0)
+
+
+def test_client_work_type_signature(client_work):
+  assert isinstance(client_work, tff.learning.templates.ClientWorkProcess)
+  assert str(client_work.initialize.type_signature) == "( -> <>@SERVER)"
+  state, weights, data = client_work.next.type_signature.parameter
+  assert str(state) == "<>@SERVER"
+  assert str(data) == "{<x=float32[?,4],y=int32[?],q=float32[?],seed=int64[?,2]>*}@CLIENTS"
+  assert str(weights) == "{<trainable=<float32[4,3],float32[3]>,non_trainable=<>>}@CLIENTS"
+  result = client_work.next.type_signature.result
+  assert str(result.result) == ("{<update=<float32[4,3],float32[3]>,update_weight=float32>}"
+                                "@CLIENTS")
+  assert str(result.measurements) == (
+      "<train=<loss=float32,sampled_records=float32,clipped_fraction=float32,"
+      "mean_expected_batch=float32,participating_clients=float32>>@SERVER")
+
+
+def test_update_weights_are_one_for_trained_clients_and_zero_for_empty(client_work):
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.zeros((4, 3), np.float32), np.zeros(3, np.float32)], non_trainable=[])
+  out = client_work.next(client_work.initialize(), [weights] * 3,
+                         [_client(1), _empty(), _client(2, q=0.0)])
+  assert [r.update_weight for r in out.result] == [1.0, 0.0, 0.0]
+  assert np.all(out.result[1].update[0] == 0) and np.all(out.result[2].update[0] == 0)
+  train = out.measurements["train"]
+  assert train["participating_clients"] == 1.0
+  assert train["mean_expected_batch"] == pytest.approx(10.0)  # 20 records × q = 0.5
+  assert train["sampled_records"] > 0
+
+
+def test_learning_process_round_and_padding_invariance():
+  proc = process.build_rpdp_fedavg_process(
+      MODEL_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=2,
+      noise_multiplier=0.5, clip_norm=1.0)
+  assert isinstance(proc, tff.learning.templates.LearningProcess)
+  state = proc.initialize()
+  a = proc.next(state, [_client(1), _client(2)])
+  b = proc.next(state, [_client(1), _client(2), _empty(), _empty()])
+  for u, v in zip(proc.get_model_weights(a.state).trainable,
+                  proc.get_model_weights(b.state).trainable):
+    np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-7)
+  moved = proc.get_model_weights(a.state).trainable[0]
+  assert np.any(moved != proc.get_model_weights(state).trainable[0])
+  # An all-padding cohort leaves the model unchanged (no NaN from 0/0).
+  c = proc.next(state, [_empty(), _empty()])
+  np.testing.assert_array_equal(proc.get_model_weights(c.state).trainable[0],
+                                proc.get_model_weights(state).trainable[0])
+
+
+def test_record_dataset_checks_lengths():
+  with pytest.raises(ValueError, match="one row per record"):
+    process.record_dataset(np.zeros((3, 4), np.float32), np.zeros(3, np.int32),
+                           np.zeros(2), (0, 0))

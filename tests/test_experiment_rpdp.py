@@ -1,0 +1,54 @@
+"""experiments.rpdp end to end on a tiny federation (slow), and its flag errors (fast)."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, tmp_path, timeout=600):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+  return subprocess.run(
+      [sys.executable, "-m", "experiments.rpdp", f"--output_dir={tmp_path}",
+       "--progress=false", *args], capture_output=True, text=True, timeout=timeout,
+      env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.slow
+def test_rpdp_compares_all_methods_within_budget(tmp_path):
+  proc = _run(["--num_clients=4", "--users_per_silo=3", "--rounds=3", "--local_steps=2",
+               "--seeds=0", "--eval_every=1", "--checkpoint_every=2"], tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for method in ("ours", "minimum", "dropout", "privacy_free"):
+    assert f"| {method} |" in proc.stdout
+  summary = json.load(open(tmp_path / "summary.json"))
+  rows = {r["method"]: r for r in summary["results"]}
+  for method in ("ours", "minimum", "dropout"):
+    assert rows[method]["max_budget_used"] <= 1.0
+  assert rows["ours"]["calibration"]["r_squared"] > 0.99
+  assert rows["dropout"]["records_q0"] > 0
+  assert rows["ours"]["mean_expected_batch"] > rows["minimum"]["mean_expected_batch"]
+  assert (tmp_path / "accuracy.png").stat().st_size > 1000
+  assert (tmp_path / "ours" / "seed0" / "checkpoints" / "ckpt_000003.json").exists()
+  assert "records_excluded" in open(tmp_path / "ours" / "seed0" / "metrics.csv").readline()
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--client_rate=1.5"], r"client_rate \(λ\)"),
+    (["--noise_multiplier=0"], "noise_multiplier"),
+    (["--delta=2"], "delta"),
+    (["--methods=ours,bogus"], "bogus"),
+    (["--levels=0,1,5"], "must be > 0"),
+    (["--level_ratios=0.5,0.2,0.1"], "sum to"),
+    (["--clip_norm=-1"], "clip_norm"),
+])
+def test_bad_flags_fail_fast_with_advice(args, match, tmp_path):
+  proc = _run(["--num_clients=2", "--users_per_silo=2", "--rounds=1"] + args, tmp_path,
+              timeout=120)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "error:" in proc.stderr
+  assert re.search(match, proc.stderr), proc.stderr[-2000:]

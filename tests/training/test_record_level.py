@@ -1,0 +1,104 @@
+"""Record-level runs: per-method plans, the record accountant in the driver, exact resume."""
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp import models
+from tff_idp import preferences
+from tff_idp.accounting import rdp_two_stage
+from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.client_work.process import build_rpdp_fedavg_process
+from tff_idp.training import record_level
+from tff_idp.training.metrics import read_metrics
+
+PARAMS = TwoStageParams(noise_multiplier=2.0, local_steps=2, rounds=4, client_rate=0.7,
+                        delta=1e-4)
+
+
+def _federation(sizes=(30, 45, 25), seed=0):
+  rng = np.random.default_rng(seed)
+  x = {f"c{i}": rng.normal(size=(n, 5)).astype(np.float32) for i, n in enumerate(sizes)}
+  y = {f"c{i}": rng.integers(0, 3, n).astype(np.int32) for i, n in enumerate(sizes)}
+  return record_level.RecordFederation(x, y)
+
+
+def _budgets(fed, seed=0):
+  return preferences.assign_record_budgets(preferences.ThreeLevels(), fed.sizes, seed)
+
+
+def test_plans_per_method():
+  fed = _federation()
+  budgets = _budgets(fed)
+  flat = np.concatenate(list(budgets.values()))
+  ours = record_level.make_record_plan("ours", budgets, PARAMS, 1.0)
+  q_ours = np.concatenate(list(ours.rates.values()))
+  eps = rdp_two_stage.epsilon(q_ours, PARAMS)
+  assert np.all(eps <= flat)
+  assert len(np.unique(q_ours)) == 3  # one rate per ThreeLevels budget
+  minimum = record_level.make_record_plan("minimum", budgets, PARAMS, 1.0)
+  q_min = np.concatenate(list(minimum.rates.values()))
+  assert np.all(q_min == q_min[0])
+  assert rdp_two_stage.epsilon(q_min[0], PARAMS) <= flat.min()
+  assert rdp_two_stage.epsilon(q_min[0] * 1.01, PARAMS) > flat.min()  # tight (exact inverse)
+  dropout = record_level.make_record_plan("dropout", budgets, PARAMS, 1.0)
+  q_drop = np.concatenate(list(dropout.rates.values()))
+  mod = flat.mean()
+  assert np.all(q_drop[flat < mod] == 0) and np.all(q_drop[flat >= mod] > 0)
+  assert rdp_two_stage.epsilon(q_drop.max(), PARAMS) <= mod
+  free = record_level.make_record_plan("privacy_free", budgets, PARAMS, 1.0,
+                                       privacy_free_batch=10)
+  assert free.new_accountant() is None and free.noise_multiplier == 0.0
+  assert free.rates["c0"][0] == pytest.approx(10 / 30)
+  with pytest.raises(ValueError, match="method"):
+    record_level.make_record_plan("bogus", budgets, PARAMS, 1.0)
+
+
+@pytest.mark.usefixtures("tff_runtime")
+def test_resume_is_exact_and_restores_record_ledger(tmp_path):
+  fed = _federation()
+  budgets = _budgets(fed)
+  plan = record_level.make_record_plan("ours", budgets, PARAMS, 1.0)
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 5], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(5, 3, seed=0), spec)
+  proc = build_rpdp_fedavg_process(
+      model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=2,
+      noise_multiplier=PARAMS.noise_multiplier, clip_norm=1.0)
+
+  def evaluate(weights):
+    return {"loss": float(np.sum(weights.trainable[0])), "accuracy": 0.0}
+
+  state_a, _, acc_a = record_level.run_record_level(
+      proc, fed, plan, 3, str(tmp_path / "a"), evaluate, eval_every=1, checkpoint_every=2,
+      progress=False)
+
+  calls = {"n": 0}
+
+  def crashing(weights):
+    calls["n"] += 1
+    if calls["n"] == 3:
+      raise KeyboardInterrupt("simulated crash in round 3")
+    return evaluate(weights)
+
+  with pytest.raises(KeyboardInterrupt):
+    record_level.run_record_level(proc, fed, plan, 3, str(tmp_path / "b"), crashing,
+                                  eval_every=1, checkpoint_every=2, progress=False)
+  state_b, _, acc_b = record_level.run_record_level(
+      proc, fed, plan, 3, str(tmp_path / "b"), evaluate, eval_every=1, checkpoint_every=2,
+      progress=False)
+  for u, v in zip(proc.get_model_weights(state_a).trainable,
+                  proc.get_model_weights(state_b).trainable):
+    np.testing.assert_array_equal(u, v)
+  np.testing.assert_array_equal(acc_a.charged, acc_b.charged)
+  assert acc_b.rounds_done == 4 - 2 + 2  # restored at 2, then two more rounds
+  rows_a = read_metrics(str(tmp_path / "a" / "metrics.csv"))
+  rows_b = read_metrics(str(tmp_path / "b" / "metrics.csv"))
+  keys = ["round", "clients_sampled", "eval_loss", "sampled_records", "epsilon_spent_max",
+          "records_active"]
+  assert [[r[k] for k in keys] for r in rows_a] == [[r[k] for k in keys] for r in rows_b]
+  assert np.all(acc_a.spent() <= np.concatenate(list(budgets.values())))
+  assert rows_a[-1]["epsilon_spent_max"] > 0
