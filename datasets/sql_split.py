@@ -287,7 +287,8 @@ def read_arrays(path: str, spec: dict, keys: Iterable[str] = ("x", "y", "client"
     parsed = tf.io.parse_example([r[1] for r in rows[lo:lo + 8192]], pspec)
     ys.append(parsed["label"].numpy())
     if "x" in keys:
-      xs.append(parsed[data_key].numpy())
+      x = parsed[data_key].numpy()
+      xs.append(x.astype(np.uint8) if data_key == "image" else x)   # images are 0..255
   out = {"client": clients, "y": np.concatenate(ys).astype(np.int64) if ys else
          np.zeros(0, np.int64)}
   if "x" in keys:
