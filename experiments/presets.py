@@ -120,7 +120,7 @@ def define_flags(p: PaperPreset) -> None:
                       f"else built there (default {loader.DEFAULT_SPLITS_DIR}/<name>).")
   flags.DEFINE_bool("download", False, "Fetch missing source files while building.")
   flags.DEFINE_string("output_dir", None, "Metrics, checkpoints, summaries "
-                      f"(default runs/{p.dataset}-<partition>).")
+                      f"(default runs/{p.dataset}-<partition>[-<comparison>]).")
   flags.DEFINE_integer("eval_every", 10, "Evaluate every k rounds.")
   flags.DEFINE_integer("eval_batch_size", 1024, "Test-set batch for evaluation.")
   flags.DEFINE_integer("checkpoint_every", 10, "Checkpoint every k rounds.")
@@ -173,7 +173,8 @@ def _config(p: PaperPreset, v: dict):
     seeds = [int(s) for s in v["seeds"]]
   except ValueError as e:
     raise ValueError(f"--budgets, --ratios and --seeds take numbers ({e}).") from None
-  out = v["output_dir"] or os.path.join("runs", f"{p.dataset}-{v['partition']}")
+  suffix = f"-{v['comparison']}" if v.get("comparison") else ""
+  out = v["output_dir"] or os.path.join("runs", f"{p.dataset}-{v['partition']}{suffix}")
   return common.TrainingConfig(
       budgets=budgets, ratios=ratios, runs=list(v["runs"]), seeds=seeds,
       rounds=v["rounds"], clients_per_round=v["clients_per_round"],
