@@ -188,6 +188,9 @@ def epsilon_reference(q: float, params: TwoStageParams,
     rdp = params.rounds * per_round
   else:
     rdp = lam * params.rounds * local
+  # RDP is >= 0; dp-accounting's float64 log(1 + x) returns about -1e-16 for
+  # q <= 1e-8, which its own compute_epsilon then rejects.
+  rdp = np.maximum(rdp, 0.0)
   eps, _ = rdp_lib.compute_epsilon(orders, rdp, params.delta)
   return float(eps)
 
