@@ -206,7 +206,10 @@ def test_group_sizes_sum_to_n_and_within_one(weights, num_clients):
 
 def test_accounting_does_not_import_tensorflow():
   code = ("import sys, tff_idp.accounting, tff_idp.accounting.ledger, "
-          "tff_idp.accounting.scale, tff_idp.calibrate; "
+          "tff_idp.accounting.scale, tff_idp.calibrate, tff_idp.accounting.rdp_two_stage, "
+          "tff_idp.accounting.scf, tff_idp.accounting.record_calibration, "
+          "tff_idp.accounting.binary_search, tff_idp.accounting.record_ledger, "
+          "tff_idp.preferences; "
           "bad = [m for m in sys.modules if m.split('.')[0] in "
           "('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')]; "
           "assert not bad, bad")
