@@ -133,6 +133,11 @@ class RecordBudgetAccountant:
       raise ValueError(
           f"checkpointed record ledger has {charged.size} records, this run has "
           f"{self.charged.size}; it belongs to another dataset or budget assignment.")
-    self.charged = charged
-    self.active = np.asarray(state["active"], dtype=bool)
+    active = np.array(state["active"], dtype=bool)
+    if active.shape != self.active.shape:
+      raise ValueError(
+          f"checkpointed record ledger has {active.size} activity flags for "
+          f"{self.charged.size} records; the checkpoint is corrupt or from another run.")
+    self.charged = charged.copy()
+    self.active = active
     self.rounds_done = int(state["rounds_done"])

@@ -1,0 +1,214 @@
+"""Per-record budget accountant (rPDP-FL §6.2): pre-check, update, exclusion, checkpoints."""
+import json
+
+import numpy as np
+import pytest
+
+from tff_idp import preferences
+from tff_idp.accounting import rdp_two_stage
+from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record_calibration import calibrate_record_rates
+from tff_idp.accounting.record_ledger import RecordBudgetAccountant
+
+SIZES = {"a": 40, "b": 25, "c": 35}
+
+
+def make_ledger(threat_model="type2", rounds=5, client_rate=0.5, seed=0, inf_every=0):
+  params = TwoStageParams(1.0, 5, rounds, client_rate, 1e-3, threat_model)
+  budgets = preferences.assign_record_budgets(preferences.BoundedMixGauss(), SIZES, seed)
+  budgets = {cid: b * 6.0 for cid, b in budgets.items()}  # spread over ε*(q)'s range
+  if inf_every:
+    for b in budgets.values():
+      b[::inf_every] = np.inf
+  flat = np.concatenate(list(budgets.values()))
+  q = calibrate_record_rates(flat, params).q
+  rates, start = {}, 0
+  for cid, n in SIZES.items():
+    rates[cid] = q[start:start + n]
+    start += n
+  return RecordBudgetAccountant(budgets, rates, params), budgets, rates, params
+
+
+def flat(d):
+  return np.concatenate([np.asarray(d[c]) for c in SIZES])
+
+
+def independent_epsilon(q, charges, params):
+  """ε of `charges` rounds at rate q, from Theorem 1 with T = charges."""
+  if charges == 0:
+    return 0.0
+  if params.threat_model == "type2":
+    return rdp_two_stage.epsilon(q, params.with_rounds(charges))
+  # Type I: `charges` participations of τ unamplified steps = λ = 1 over `charges` rounds.
+  return rdp_two_stage.epsilon(q, TwoStageParams(
+      params.noise_multiplier, params.local_steps, charges, 1.0, params.delta))
+
+
+def test_calibrated_rounds_are_affordable_then_records_are_excluded():
+  ledger, budgets, rates, params = make_ledger(rounds=5, inf_every=9)
+  b, q = flat(budgets), flat(rates)
+  assert np.all(q > 0)
+  history = []
+  for r in range(12):  # 7 rounds more than calibrated
+    ledger.begin_round()
+    history.append(ledger.metrics())
+    for cid in SIZES:
+      cur = ledger.current_rates(cid)
+      np.testing.assert_array_equal(cur, np.where(ledger.active[ledger._slices[cid]], rates[cid], 0.0))  # pylint: disable=protected-access
+    ledger.end_round(sampled_clients=["a"])
+    spent = ledger.spent()
+    assert np.all(spent <= b * (1 + 1e-12)), r
+    if r < 5:
+      # Calibrated for T = 5: nobody is excluded before then.
+      assert ledger.metrics()["records_excluded"] == 0
+      assert np.all(ledger.charged == r + 1)
+  m = ledger.metrics()
+  assert m["records_excluded"] > 0
+  assert m["records_active"] + m["records_excluded"] == q.size
+  excluded = ~ledger.active
+  # Excluded records stopped being charged, exactly when a next round would
+  # have exceeded their budget (checked independently of the ledger).
+  for i in np.flatnonzero(excluded)[:15]:
+    n = ledger.charged[i]
+    assert 5 <= n < 12
+    assert independent_epsilon(q[i], n, params) <= b[i]
+    assert independent_epsilon(q[i], n + 1, params) > b[i]
+  # Records without a constraint are never excluded.
+  assert np.all(ledger.active[np.isinf(b)]) and np.all(ledger.charged[np.isinf(b)] == 12)
+  # Excluded records sample at q = 0.
+  for cid, s in ledger._slices.items():  # pylint: disable=protected-access
+    assert np.all(ledger.current_rates(cid)[excluded[s]] == 0)
+  # The exclusion count in the metrics grows monotonically.
+  counts = [h["records_excluded"] for h in history]
+  assert counts == sorted(counts) and counts[-1] > 0
+
+
+def test_type2_spent_after_t_rounds_is_the_calibrated_epsilon():
+  ledger, budgets, rates, params = make_ledger(rounds=4)
+  for _ in range(4):
+    ledger.begin_round()
+    ledger.end_round([])
+  np.testing.assert_allclose(ledger.spent(), rdp_two_stage.epsilon(flat(rates), params),
+                             rtol=1e-12)
+  m = ledger.metrics()
+  assert m["epsilon_spent_max"] <= flat(budgets).max()
+  assert 0 < m["budget_used_max"] <= 1 + 1e-12
+
+
+def test_type1_charges_only_sampled_clients():
+  ledger, budgets, rates, params = make_ledger("type1", rounds=10, client_rate=0.5)
+  b, q = flat(budgets), flat(rates)
+  sl = ledger._slices  # pylint: disable=protected-access
+  # Client "a" is sampled every round (twice its expected λ·T = 5), "b" every
+  # other round, "c" never.
+  for r in range(10):
+    ledger.begin_round()
+    before = ledger.charged.copy()
+    active = ledger.active.copy()
+    sampled = ["a"] + (["b"] if r % 2 == 0 else [])
+    ledger.end_round(sampled)
+    delta = ledger.charged - before
+    np.testing.assert_array_equal(delta[sl["c"]], 0)
+    if r % 2:
+      np.testing.assert_array_equal(delta[sl["b"]], 0)
+    for cid in sampled:
+      np.testing.assert_array_equal(delta[sl[cid]], active[sl[cid]].astype(int))
+    assert np.all(ledger.spent() <= b * (1 + 1e-12))
+  assert np.all(ledger.charged[sl["c"]] == 0) and np.all(ledger.spent()[sl["c"]] == 0)
+  assert np.all(ledger.charged[sl["b"]] == 5)  # λ·T: exactly what calibration assumed
+  # "a" took part 10 times: its tight records were stopped before going over.
+  stopped = ~ledger.active[sl["a"]]
+  assert stopped.any()
+  charges_a = ledger.charged[sl["a"]]
+  assert np.all(charges_a[stopped] < 10) and np.all(charges_a >= 5)
+  for i in np.flatnonzero(stopped)[:10]:
+    j = sl["a"].start + i
+    assert independent_epsilon(q[j], charges_a[i] + 1, params) > b[j]
+  # Type I participation of "b" (λ·T = 5 times) costs exactly the calibrated ε.
+  np.testing.assert_allclose(ledger.spent()[sl["b"]], rdp_two_stage.epsilon(q[sl["b"]], params),
+                             rtol=1e-12)
+
+
+@pytest.mark.parametrize("threat_model", ["type2", "type1"])
+def test_no_record_ever_exceeds_its_budget_under_random_sampling(threat_model):
+  rng = np.random.default_rng(17)
+  for trial in range(3):
+    ledger, budgets, _, params = make_ledger(threat_model, rounds=int(rng.integers(2, 8)),
+                                             client_rate=float(rng.uniform(0.2, 1.0)),
+                                             seed=trial, inf_every=7)
+    b = flat(budgets)
+    for _ in range(3 * params.rounds):
+      ledger.begin_round()
+      sampled = [c for c in SIZES if rng.random() < params.client_rate]
+      ledger.end_round(sampled)
+      assert np.all(ledger.spent() <= b * (1 + 1e-12))
+    assert ledger.metrics()["records_excluded"] > 0
+
+
+def test_state_round_trip_gives_identical_continuation():
+  rng = np.random.default_rng(3)
+  schedule = [[c for c in SIZES if rng.random() < 0.6] for _ in range(14)]
+  for threat_model in ("type2", "type1"):
+    a, *_ = make_ledger(threat_model, rounds=4)
+    for sampled in schedule[:6]:
+      a.begin_round()
+      a.end_round(sampled)
+    state = json.loads(json.dumps(a.get_state()))  # what a checkpoint stores
+    b, *_ = make_ledger(threat_model, rounds=4)
+    b.set_state(state)
+    assert b.rounds_done == a.rounds_done == 6
+    np.testing.assert_array_equal(b.spent(), a.spent())
+    for sampled in schedule[6:]:
+      for ledger in (a, b):
+        ledger.begin_round()
+        ledger.end_round(sampled)
+      assert a.metrics() == b.metrics()
+      np.testing.assert_array_equal(a.charged, b.charged)
+      np.testing.assert_array_equal(a.active, b.active)
+    assert a.get_state() == b.get_state()
+    # The restored ledger owns its arrays: changing the state dict changes nothing.
+    state["charged"][0] = 999
+    assert b.charged[0] != 999
+
+
+def test_mismatched_state_raises():
+  a, *_ = make_ledger()
+  a.begin_round()
+  a.end_round(["a"])
+  state = a.get_state()
+  other = RecordBudgetAccountant({"x": np.ones(3)}, {"x": np.full(3, 0.1)}, a.params)
+  with pytest.raises(ValueError, match="has 100 records, this run has 3"):
+    other.set_state(state)
+  broken = dict(state, active=state["active"][:-1])
+  fresh, *_ = make_ledger()
+  with pytest.raises(ValueError, match="activity flags"):
+    fresh.set_state(broken)
+  with pytest.raises(KeyError):
+    fresh.set_state({"charged": state["charged"]})
+
+
+def test_constructor_checks():
+  params = TwoStageParams(1.0, 5, 5, 0.5, 1e-3)
+  with pytest.raises(ValueError, match="same client ids"):
+    RecordBudgetAccountant({"a": np.ones(2)}, {"b": np.ones(2)}, params)
+  with pytest.raises(ValueError, match="2 budgets but 3 rates"):
+    RecordBudgetAccountant({"a": np.ones(2)}, {"a": np.full(3, 0.1)}, params)
+  with pytest.raises(ValueError, match=r"outside \[0, 1\]"):
+    RecordBudgetAccountant({"a": np.ones(2)}, {"a": np.array([0.1, 1.5])}, params)
+
+
+def test_zero_rate_records_are_never_active_nor_counted_excluded():
+  params = TwoStageParams(1.0, 5, 5, 0.5, 1e-3)
+  ledger = RecordBudgetAccountant({"a": np.array([1.0, 2.0, np.inf])},
+                                  {"a": np.array([0.0, 0.01, 1.0])}, params)
+  for _ in range(3):
+    ledger.begin_round()
+    ledger.end_round(["a"])
+  np.testing.assert_array_equal(ledger.current_rates("a"), [0.0, 0.01, 1.0])
+  assert ledger.spent()[0] == 0.0
+  m = ledger.metrics()
+  assert m["records_active"] == 2 and m["records_excluded"] == 0
+  assert set(m) == set(RecordBudgetAccountant.metric_names)
+  assert m["epsilon_spent_min"] == 0.0
+  spent_by = ledger.spent_by_client()
+  assert list(spent_by) == ["a"] and spent_by["a"].shape == (3,)
