@@ -1,0 +1,169 @@
+"""Privacy preference distributions: seeded per client, bounded, and the right shape.
+
+Statistical checks use fixed seeds, so they are deterministic; each tolerance
+is stated with the rate at which it would fail for a *fresh* random seed.
+"""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tff_idp import preferences
+
+SIZES = {"alice": 300, "bob": 1, "carol": 1200, "dave": 0, "erin": 77}
+
+
+@pytest.mark.parametrize("name", sorted(preferences.DISTRIBUTIONS))
+def test_assignment_is_deterministic_bit_for_bit_per_client(name):
+  dist = preferences.make_distribution(name)
+  a = preferences.assign_record_budgets(dist, SIZES, seed=42)
+  b = preferences.assign_record_budgets(dist, SIZES, seed=42)
+  assert list(a) == list(SIZES)
+  for cid, n in SIZES.items():
+    assert a[cid].shape == (n,) and a[cid].dtype == np.float64
+    assert a[cid].tobytes() == b[cid].tobytes()
+  # A client's budgets do not depend on clients added after it.
+  more = preferences.assign_record_budgets(dist, dict(SIZES, frank=500), seed=42)
+  for cid in SIZES:
+    assert more[cid].tobytes() == a[cid].tobytes()
+  # Another seed gives other budgets (the large clients differ somewhere).
+  c = preferences.assign_record_budgets(dist, SIZES, seed=43)
+  assert not np.array_equal(a["carol"], c["carol"])
+  # Clients get independent streams, not copies of one another.
+  same_size = preferences.assign_record_budgets(dist, {"x": 300, "y": 300}, seed=42)
+  assert not np.array_equal(same_size["x"], same_size["y"])
+
+
+def test_list_of_sizes_gets_string_ids():
+  out = preferences.assign_record_budgets(preferences.ThreeLevels(), [3, 0, 5], seed=1)
+  assert list(out) == ["0", "1", "2"]
+  assert [v.size for v in out.values()] == [3, 0, 5]
+  by_map = preferences.assign_record_budgets(preferences.ThreeLevels(),
+                                             {"0": 3, "1": 0, "2": 5}, seed=1)
+  for k in out:
+    np.testing.assert_array_equal(out[k], by_map[k])
+
+
+@pytest.mark.parametrize("dist,low,high", [
+    (preferences.BoundedMixGauss(), 0.1, 10.0),
+    (preferences.BoundedPareto(), 0.1, 10.0),
+    (preferences.BoundedMixGauss(means=(0.5, 3.0), stds=(1.0, 4.0), weights=(0.5, 0.5),
+                                 low=0.2, high=4.0), 0.2, 4.0),
+    (preferences.BoundedPareto(shape=0.3, low=1.0, high=3.0), 1.0, 3.0),
+])
+def test_bounds_are_respected(dist, low, high):
+  x = dist.sample(100_000, np.random.default_rng(0))
+  assert x.shape == (100_000,) and np.all(np.isfinite(x))
+  assert x.min() >= low and x.max() <= high
+  # Truncation, not clipping: no point mass piles up on a bound.
+  assert np.count_nonzero(x == low) == 0 and np.count_nonzero(x == high) == 0
+
+
+def test_group_values_are_the_levels():
+  x = preferences.ThreeLevels().sample(10_000, np.random.default_rng(1))
+  assert set(np.unique(x).tolist()) == {0.1, 1.0, 5.0}
+  y = preferences.make_distribution("user_study_34_43_23").sample(10_000, np.random.default_rng(1))
+  assert set(np.unique(y).tolist()) == {1.0, 2.0, 3.0}
+
+
+def binomial_tolerance(p, n, z=5.0):
+  """z standard errors of a proportion. At z = 5 a fresh seed fails a
+  two-sided check with probability 5.7e-7 (normal approximation)."""
+  return z * math.sqrt(p * (1 - p) / n)
+
+
+@pytest.mark.parametrize("dist,levels,ratios", [
+    (preferences.ThreeLevels(), (0.1, 1.0, 5.0), (0.7, 0.2, 0.1)),
+    (preferences.ThreeLevels((1.0, 3.0, 10.0), (0.5, 0.3, 0.2)), (1.0, 3.0, 10.0), (0.5, 0.3, 0.2)),
+    (preferences.make_distribution("user_study_54_37_9"), (1.0, 2.0, 3.0), (0.54, 0.37, 0.09)),
+    (preferences.make_distribution("user_study_34_43_23"), (1.0, 2.0, 3.0), (0.34, 0.43, 0.23)),
+])
+def test_group_proportions_within_statistical_tolerance(dist, levels, ratios):
+  # n = 200,000 per check; each proportion within 5 standard errors (≤ 0.0052).
+  # For a fresh seed the three checks together fail with probability < 2e-6.
+  n = 200_000
+  x = dist.sample(n, np.random.default_rng(2024))
+  for level, p in zip(levels, ratios):
+    assert abs(np.mean(x == level) - p) <= binomial_tolerance(p, n), (level, p)
+
+
+def truncated_pareto_cdf(x, shape=1.0, low=0.1, high=10.0):
+  x = np.clip(x, low, high)
+  return (1.0 - (low / x) ** shape) / (1.0 - (low / high) ** shape)
+
+
+@pytest.mark.parametrize("shape,low,high", [(1.0, 0.1, 10.0), (0.5, 1.0, 3.0)])
+def test_bounded_pareto_matches_the_truncated_cdf(shape, low, high):
+  x = preferences.BoundedPareto(shape, low, high).sample(20_000, np.random.default_rng(7))
+  # Under H0, p is uniform: a fresh seed fails "p > 1e-3" with probability 1e-3.
+  ks = stats.kstest(x, lambda v: truncated_pareto_cdf(v, shape, low, high))
+  assert ks.pvalue > 1e-3, ks
+  # The test has power: it rejects a 25% larger shape, and the rPDP-FL
+  # reference code's variant (Lomax + low, then clipped into [low, high]).
+  wrong_shape = stats.kstest(x, lambda v: truncated_pareto_cdf(v, 1.25 * shape, low, high))
+  assert wrong_shape.pvalue < 1e-6
+  lomax_clipped = np.clip(np.random.default_rng(8).pareto(shape, 20_000) + low, low, high)
+  assert stats.ks_2samp(x, lomax_clipped).pvalue < 1e-6
+
+
+def test_bounded_pareto_truncation_matters():
+  """With 57% of the Pareto mass above `high`, the untruncated CDF is rejected."""
+  x = preferences.BoundedPareto(0.5, 1.0, 3.0).sample(20_000, np.random.default_rng(7))
+  assert stats.kstest(x, stats.pareto(0.5, scale=1.0).cdf).pvalue < 1e-6
+
+
+def test_bounded_pareto_median_is_the_closed_form():
+  x = preferences.BoundedPareto().sample(200_000, np.random.default_rng(9))
+  # F(m) = 1/2  =>  m = L / (1 - (1 - (L/H)) / 2) for shape 1: m = 0.1/0.505.
+  assert np.median(x) == pytest.approx(0.1 / 0.505, rel=0.01)
+
+
+def test_bounded_mix_gauss_component_weights():
+  n = 200_000
+  x = preferences.BoundedMixGauss().sample(n, np.random.default_rng(11))
+  # The components are separated by > 6 of their stds, so windows classify
+  # every draw: N(0.1, 0.01) in [0.1, 0.2], N(1, 0.05) in [0.7, 1.3],
+  # N(5, 0.5) in [2, 10].
+  windows = [(0.1, 0.2), (0.7, 1.3), (2.0, 10.0)]
+  counts = [np.count_nonzero((x >= lo) & (x <= hi)) for lo, hi in windows]
+  assert sum(counts) == n
+  for count, p in zip(counts, (0.7, 0.2, 0.1)):
+    # 5 standard errors (a fresh seed fails with probability < 2e-6 overall).
+    assert abs(count / n - p) <= binomial_tolerance(p, n), (count / n, p)
+
+
+def test_bounded_mix_gauss_components_are_truncated_normals():
+  x = preferences.BoundedMixGauss().sample(100_000, np.random.default_rng(12))
+  first = x[x <= 0.2]
+  # N(0.1, 0.01) truncated at its mean: a half-normal on [0.1, ∞).
+  half = stats.truncnorm(0.0, (10.0 - 0.1) / 0.01, loc=0.1, scale=0.01)
+  assert stats.kstest(first, half.cdf).pvalue > 1e-3  # fresh-seed flake rate 1e-3
+  assert first.mean() == pytest.approx(0.1 + 0.01 * math.sqrt(2 / math.pi), rel=2e-3)
+  second = x[(x > 0.5) & (x < 2.0)]
+  assert second.mean() == pytest.approx(1.0, abs=2e-3)
+  assert second.std() == pytest.approx(0.05, rel=0.03)
+
+
+def test_bad_parameters_raise():
+  with pytest.raises(ValueError, match="one ratio per ε"):
+    preferences.Groups((1.0, 2.0), (1.0,))
+  with pytest.raises(ValueError, match="sum to"):
+    preferences.ThreeLevels((0.1, 1.0, 5.0), (0.7, 0.2, 0.2))
+  with pytest.raises(ValueError, match="must be > 0"):
+    preferences.ThreeLevels((0.0, 1.0, 5.0))
+  with pytest.raises(ValueError, match="as many stds and weights"):
+    preferences.BoundedMixGauss(means=(1.0,))
+  with pytest.raises(ValueError, match="every std must be > 0"):
+    preferences.BoundedMixGauss(stds=(0.01, 0.0, 0.5))
+  with pytest.raises(ValueError, match="0 < low < high"):
+    preferences.BoundedMixGauss(low=5.0, high=1.0)
+  with pytest.raises(ValueError, match="shape > 0"):
+    preferences.BoundedPareto(shape=0.0)
+  with pytest.raises(ValueError, match="0 < low < high"):
+    preferences.BoundedPareto(low=0.0)
+  with pytest.raises(ValueError, match="unknown; choose one of"):
+    preferences.make_distribution("uniform")
+  with pytest.raises(ValueError, match="exclude almost all"):
+    preferences.BoundedMixGauss(means=(100.0,), stds=(0.1,), weights=(1.0,)).sample(
+        10, np.random.default_rng(0))
