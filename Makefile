@@ -36,6 +36,8 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.bench_calibration
 	$(PY) -m benchmarks.bench_cohort_variation
+	$(PY) -m benchmarks.bench_dp_step
+	$(PY) -m benchmarks.bench_scf
 
 clean:
 	rm -rf $(VENV) runs

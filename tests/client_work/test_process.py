@@ -87,3 +87,36 @@ def test_record_dataset_checks_lengths():
   with pytest.raises(ValueError, match="one row per record"):
     process.record_dataset(np.zeros((3, 4), np.float32), np.zeros(3, np.int32),
                            np.zeros(2), (0, 0))
+
+
+def test_readme_composition_example():
+  """The README's "compose the client work into your own TFF process" snippet, verbatim."""
+  model_fn = MODEL_FN
+  from tff_idp.client_work import build_record_dp_client_work, record_dataset  # pylint: disable=g-import-not-at-top
+
+  client_work = build_record_dp_client_work(
+      model_fn, tff.learning.optimizers.build_sgdm(learning_rate=0.5),
+      local_steps=10, noise_multiplier=2.0, clip_norm=1.0)
+  with tf.Graph().as_default():
+    weights_type = tff.learning.models.weights_type_from_model(model_fn)
+
+  @tff.tensorflow.computation
+  def initial_weights():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  process_ = tff.learning.templates.compose_learning_process(
+      initial_weights,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_work,
+      tff.aggregators.MeanFactory(no_nan_division=True).create(
+          weights_type.trainable, tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(
+          tff.learning.optimizers.build_sgdm(1.0), weights_type))
+  rng = np.random.default_rng(0)
+  x_client = rng.normal(size=(12, 4)).astype(np.float32)
+  y_client = rng.integers(0, 3, 12).astype(np.int32)
+  q_client = np.full(12, 0.5)
+  data = record_dataset(x_client, y_client, q_client, seed=(3, 1))
+  state = process_.initialize()
+  out = process_.next(state, [data])
+  assert out.metrics["client_work"]["train"]["participating_clients"] == 1.0
