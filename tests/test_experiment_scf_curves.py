@@ -1,0 +1,86 @@
+"""experiments.scf_curves: the CLI end to end (subprocess) and its run() in process."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments import scf_curves
+from tff_idp.accounting import rdp_two_stage
+from tff_idp.accounting import scf
+from tff_idp.accounting.rdp_two_stage import TwoStageParams
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _cli(args, timeout=300):
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  return subprocess.run([sys.executable, "-m", "experiments.scf_curves", *args],
+                        capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
+                        stdin=subprocess.DEVNULL)
+
+
+def test_cli_writes_png_json_and_table(tmp_path):
+  out = tmp_path / "curves"
+  proc = _cli(["--sigmas=1,3", "--rounds=6", "--local_steps=2", "--client_rate=0.4",
+               "--delta=1e-4", "--threat_model=type1", "--curve_rates=0.02,0.3",
+               f"--out={out}"])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "| σ | a | b | c | R² |" in proc.stdout
+  assert "| 1 |" in proc.stdout and "| 3 |" in proc.stdout
+  png = (out / "scf_curves.png").read_bytes()
+  assert png.startswith(PNG_MAGIC) and len(png) > 20_000
+  report = json.loads((out / "scf_curves.json").read_text())
+  s = report["setting"]
+  assert (s["sigmas"], s["rounds"], s["local_steps"], s["client_rate"], s["delta"],
+          s["threat_model"], s["curve_sigma"]) == ([1.0, 3.0], 6, 2, 0.4, 1e-4, "type1", 1.0)
+  # The fit in the JSON is the library's fit of exactly these parameters.
+  for fit in report["fits"]:
+    p = TwoStageParams(fit["sigma"], 2, 6, 0.4, 1e-4, "type1")
+    ref = scf.fit_scf(p)
+    assert fit["r_squared"] == pytest.approx(ref.r_squared, rel=1e-9)
+    assert (fit["a"], fit["b"], fit["c"]) == pytest.approx((ref.a, ref.b, ref.c), rel=1e-6)
+    assert fit["epsilon_at_one"] == pytest.approx(rdp_two_stage.epsilon(1.0, p), rel=1e-12)
+    np.testing.assert_allclose(fit["epsilon_grid"], rdp_two_stage.epsilon(
+        np.asarray(fit["q_grid"]), p), rtol=1e-12)
+  assert [c["q"] for c in report["curves"]] == [0.02, 0.3]
+
+
+def test_cli_bad_flags_fail_fast(tmp_path):
+  for args, match in ((["--sigmas=0,1"], "noise_multiplier=0.0 must be a finite number > 0"),
+                      (["--client_rate=1.5"], r"client_rate (λ)=1.5 must lie in (0, 1]"),
+                      (["--curve_rates=0,0.5"], "--curve_rates")):
+    proc = _cli(args + [f"--out={tmp_path}"])
+    assert proc.returncode == 2, (args, proc.stderr[-2000:])
+    assert "error:" in proc.stderr and match in proc.stderr, proc.stderr[-2000:]
+  assert not (tmp_path / "scf_curves.png").exists()
+
+
+def test_run_reproduces_fig5_fits_and_curves(tmp_path):
+  report = scf_curves.run(sigmas=[1.0, 2.0], rounds=20, local_steps=5, client_rate=0.5,
+                          delta=1e-3, out=str(tmp_path))
+  assert os.path.exists(report["png"]) and os.path.exists(report["json"])
+  on_disk = json.loads(open(report["json"]).read())
+  assert on_disk["fits"] == report["fits"] and on_disk["curves"] == report["curves"]
+  fits = {f["sigma"]: f for f in report["fits"]}
+  assert fits[1.0]["r_squared"] > 0.99 and fits[2.0]["r_squared"] > 0.99  # Figs. 5-6
+  assert fits[2.0]["epsilon_at_one"] < fits[1.0]["epsilon_at_one"]
+  p = TwoStageParams(1.0, 5, 20, 0.5, 1e-3)
+  for curve in report["curves"]:
+    # Each left-panel curve's minimum is Theorem 1's ε*(q).
+    assert curve["epsilon_star"] == pytest.approx(rdp_two_stage.epsilon(curve["q"], p),
+                                                  rel=1e-12)
+    assert min(curve["epsilon"]) == curve["epsilon_star"]
+    assert curve["best_order"] in rdp_two_stage.ORDERS
+  table = scf_curves.format_table(report)
+  assert table.count("\n") == 3 and "0.5617" in table  # ε*(0.01) at Fig. 5
+
+
+def test_run_rejects_duplicate_or_missing_sigmas(tmp_path):
+  with pytest.raises(ValueError, match="twice"):
+    scf_curves.run([1.0, 1.0], 5, 2, 0.5, 1e-3, out=str(tmp_path))
+  with pytest.raises(ValueError, match="at least one"):
+    scf_curves.run([], 5, 2, 0.5, 1e-3, out=str(tmp_path))
