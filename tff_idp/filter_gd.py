@@ -107,8 +107,9 @@ def rdp_budget(epsilon, delta: float, alpha, conversion: str = "balle") -> np.nd
   validation.check_delta(delta)
   a = _check_orders(alpha)
   eps = np.asarray(epsilon, dtype=float)
+  # ε = B + cost(α, δ): the additive term of the conversion.
   if conversion == "balle":
-    cost = -np.log1p(-1.0 / a) - np.log(delta * a) / (a - 1.0)
+    cost = np.log1p(-1.0 / a) - np.log(delta * a) / (a - 1.0)
   else:
     cost = math.log(1.0 / delta) / (a - 1.0)
   with np.errstate(invalid="ignore"):
