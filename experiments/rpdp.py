@@ -114,25 +114,51 @@ def synthetic_federation(num_clients: int, users_per_silo: int, iid: bool,
                     lambda: models.build_logistic_regression(nf, nc, seed=0), name)
 
 
+def _to_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
+  """A dataset of single examples as (x float32, y int32) arrays, read in chunks."""
+  xs, ys = [], []
+  for batch in dataset.batch(4096):
+    xs.append(batch["x"].numpy().astype(np.float32))
+    ys.append(batch["y"].numpy().astype(np.int32).reshape(-1))
+  if not xs:
+    raise ValueError("the split has a client or test set without examples.")
+  return np.concatenate(xs), np.concatenate(ys)
+
+
 def split_federation(dataset: str, partition: str, num_clients: int, seed: int,
                      data_dir, split_dir) -> Federation:
-  """A datasets/ split (built from local source files if needed) as in-memory records."""
+  """A datasets/ split (built from local source files if needed) as in-memory records.
+
+  When the split has more clients than ``num_clients`` (FMNIST: one per
+  writer), client i's records go to silo i mod ``num_clients``.
+  """
   from datasets import loader  # pylint: disable=g-import-not-at-top
-  train, test = loader.load_federated(dataset, partition, num_clients=num_clients, seed=seed,
-                                      data_dir=data_dir, split_dir=split_dir, rescale=True)
-  x, y = {}, {}
-  for cid in train.client_ids:
-    batch = next(iter(train.create_tf_dataset_for_client(cid).batch(10**7)))
-    x[cid], y[cid] = batch["x"].numpy().astype(np.float32), batch["y"].numpy().astype(np.int32)
-  test_batch = next(iter(test.batch(10**7)))
-  test_x = test_batch["x"].numpy().astype(np.float32)
-  shape = test_x.shape[1:]
-  if shape[-1] == 1:
-    builder = lambda: models.build_rpdp_mnist_cnn(shape, 10, seed=0)
+  from datasets import specs  # pylint: disable=g-import-not-at-top
+  info = specs.info(dataset)
+  shape = tuple(info.input_shape)
+  # The IDP-FedAvg CNN rescales inside the model; the rPDP-FL CNN expects [0, 1] inputs.
+  mnist_shaped = shape[-1] == 1
+  # FMNIST's clients are its writers (3,383); their records are pooled into silos below.
+  train, test = loader.load_federated(
+      dataset, partition, num_clients=None if dataset == "fmnist" else num_clients,
+      seed=seed, data_dir=data_dir, split_dir=split_dir, rescale=mnist_shaped)
+  ids = list(train.client_ids)
+  if len(ids) < num_clients:
+    raise ValueError(f"the {dataset} split has {len(ids)} clients, fewer than "
+                     f"--num_clients={num_clients}.")
+  parts = collections.defaultdict(list)
+  for index, cid in enumerate(ids):  # client i goes to silo i mod num_clients
+    parts[f"silo_{index % num_clients:02d}"].append(
+        _to_arrays(train.create_tf_dataset_for_client(cid)))
+  x = {k: np.concatenate([a for a, _ in v]) for k, v in sorted(parts.items())}
+  y = {k: np.concatenate([b for _, b in v]) for k, v in sorted(parts.items())}
+  test_x, test_y = _to_arrays(test)
+  if mnist_shaped:
+    builder = lambda: models.build_rpdp_mnist_cnn(shape, info.num_classes, seed=0)
   else:
-    builder = lambda: models.build_idp_fedavg_cnn(shape, 10, seed=0)
-  return Federation(record_level.RecordFederation(x, y), test_x,
-                    test_batch["y"].numpy().astype(np.int32), builder,
+    builder = lambda: models.build_idp_fedavg_cnn(shape, info.num_classes, seed=0,
+                                                  rescale=info.rescale)
+  return Federation(record_level.RecordFederation(x, y), test_x, test_y, builder,
                     f"{dataset} ({partition}), {num_clients} clients")
 
 

@@ -52,3 +52,29 @@ def test_bad_flags_fail_fast_with_advice(args, match, tmp_path):
   assert proc.returncode == 2, proc.stderr[-2000:]
   assert "error:" in proc.stderr
   assert re.search(match, proc.stderr), proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["cifar10", "fmnist"])
+def test_rpdp_on_a_datasets_split_built_from_local_files(dataset, tmp_path):
+  """The MNIST- / CIFAR-shaped path: a tiny split built from fake source files."""
+  from tests.datasets import fakes  # pylint: disable=g-import-not-at-top
+  raw = tmp_path / "raw"
+  if dataset == "cifar10":
+    fakes.write_cifar10(str(raw), n_train=120, n_test=30, as_tar=True)
+  else:
+    fakes.write_emnist_sqlite(str(raw), num_writers=12)
+  proc = _run([f"--dataset={dataset}", "--partition=iid", "--num_clients=2",
+               f"--data_dir={raw}", f"--split_dir={tmp_path / 'split'}", "--rounds=2",
+               "--local_steps=2", "--seeds=0", "--methods=ours,privacy_free"],
+              tmp_path / "out")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert f"federation: {dataset} (iid), 2 clients" in proc.stdout
+  assert "| ours |" in proc.stdout and "| privacy_free |" in proc.stdout
+
+
+def test_missing_dataset_files_fail_fast(tmp_path):
+  proc = _run(["--dataset=cifar10", "--partition=iid", f"--data_dir={tmp_path / 'none'}",
+               f"--split_dir={tmp_path / 'split'}"], tmp_path / "out", timeout=120)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "error:" in proc.stderr and "cifar-10" in proc.stderr.lower()
