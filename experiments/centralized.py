@@ -23,7 +23,9 @@ BinarySearch on a 1,000-record subset); ``--mode=both`` does both:
   python -m experiments.centralized --mode=table3 --table3_trials=5
   python -m experiments.centralized --dataset=fmnist --data_dir=~/.tff  # if present
 
-The default dataset is embedded: the pooled train records of Synthetic IID
+The functions import TensorFlow lazily, so checking the flags (``main``
+called directly, as the tests do) needs no TensorFlow. The default dataset
+is embedded: the pooled train records of Synthetic IID
 users (:mod:`datasets.synthetic`) with multinomial logistic regression.
 ``--dataset=fmnist`` pools the datasets/ FMNIST split (when its source files
 are present) and uses the paper's two-layer CNN.
@@ -44,10 +46,8 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 import numpy as np
-import tensorflow as tf
 
-from tff_idp import filter_gd
-from tff_idp import models
+from tff_idp import filter_gd  # its TensorFlow parts import TF lazily
 from tff_idp import preferences
 from tff_idp.accounting import record_calibration
 from tff_idp.accounting.rdp_two_stage import TwoStageParams
@@ -111,7 +111,7 @@ class Silo:
   y: np.ndarray
   test_x: np.ndarray
   test_y: np.ndarray
-  keras_builder: Callable[[], tf.keras.Model]
+  keras_builder: Callable[[], "tf.keras.Model"]  # noqa: F821
   name: str
 
   def subset(self, n: int, seed: int) -> "Silo":
@@ -126,6 +126,7 @@ class Silo:
 def synthetic_silo(train_examples: int, test_examples: int, seed: int) -> Silo:
   """Pooled train records of Synthetic IID users; their test records are the test set."""
   from datasets import synthetic  # pylint: disable=g-import-not-at-top
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
   # About 92 train records per user (LEAF sizes, capped at 180, 80% train).
   users = max(10, math.ceil(1.25 * max(train_examples, 1) / 92))
   config = synthetic.SyntheticConfig(num_clients=users, iid=True, seed=seed)
@@ -146,6 +147,7 @@ def fmnist_silo(train_examples: int, test_examples: int, seed: int, data_dir,
                 split_dir) -> Silo:
   """The datasets/ FMNIST split, all clients pooled; the paper's two-layer CNN."""
   from datasets import loader  # pylint: disable=g-import-not-at-top
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
   train, test = loader.load_federated("fmnist", "iid", num_clients=10, seed=seed,
                                       data_dir=data_dir, split_dir=split_dir,
                                       rescale=True, progress=False)
@@ -170,7 +172,7 @@ def fmnist_silo(train_examples: int, test_examples: int, seed: int, data_dir,
               f"FMNIST (pooled, {len(y)} records)")
 
 
-def accuracy(keras_model: tf.keras.Model, silo: Silo, batch_size: int = 4096) -> float:
+def accuracy(keras_model, silo: Silo, batch_size: int = 4096) -> float:
   preds = np.concatenate([np.argmax(keras_model(silo.test_x[i:i + batch_size],
                                                 training=False).numpy(), -1)
                           for i in range(0, len(silo.test_y), batch_size)])
@@ -191,7 +193,9 @@ def train_dp_sgd(silo: Silo, q: np.ndarray, noise_multiplier: float, clip_norm: 
   chunk with its own seed. The tracing is done by a warm-up call with q = 0
   (which takes no step), so the reported s/step is warm.
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
   from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None] + list(silo.x.shape[1:]), tf.float32),
@@ -590,4 +594,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Keras must be imported before absl parses the flags: imported inside
+  # main(), tf.keras.Sequential fails ("Output tensors of a Sequential model
+  # must be the output of a TensorFlow Layer"). Flag checks in tests call
+  # main() directly and never reach TensorFlow.
+  import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
   app.run(main)

@@ -63,7 +63,8 @@ one that is stored), so every record ends within (ε_i, δ).
 
 The gradient part is TensorFlow (per-example clipping vectorised by
 :mod:`tff_idp.client_work.per_example`); the bookkeeping is numpy
-(:class:`RenyiFilter`).
+(:class:`RenyiFilter`). TensorFlow is imported only by the functions that
+need it, so the accounting here can be used (and tested) without it.
 """
 from __future__ import annotations
 
@@ -73,10 +74,8 @@ import time
 from typing import Callable, Optional
 
 import numpy as np
-import tensorflow as tf
 
 from tff_idp.accounting import validation
-from tff_idp.client_work import per_example
 
 CHECKS = ("worst_case", "actual")
 CONVERSIONS = ("balle", "mironov")
@@ -273,8 +272,9 @@ class RenyiFilter:
     return int(np.count_nonzero(~(self.budget > 0)))
 
 
-def _clipped_sum(keras_model: tf.keras.Model, x, y, clip_norm: float, loss_fn):
+def _clipped_sum(keras_model, x, y, clip_norm: float, loss_fn):
   """Σ_i clip_L(∇ℓ_i) and per-example norms, vectorised (per_example's paths)."""
+  from tff_idp.client_work import per_example  # pylint: disable=g-import-not-at-top
   if per_example.supports_layerwise(keras_model):
     sums, losses, norms = per_example.layerwise_clipped_sum(keras_model, x, y, clip_norm,
                                                             loss_fn)
@@ -286,10 +286,12 @@ def _clipped_sum(keras_model: tf.keras.Model, x, y, clip_norm: float, loss_fn):
 
 
 def sparse_categorical_crossentropy(labels, logits):
+  """Per-example cross-entropy of integer labels and logits."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
 
 
-def build_private_gd_step(keras_model: tf.keras.Model, learning_rate: float,
+def build_private_gd_step(keras_model, learning_rate: float,
                           noise_multiplier: float, clip_norm: float, num_records: int,
                           loss_fn: Callable = sparse_categorical_crossentropy):
   """TF functions of one private GD step on the records given to it.
@@ -304,6 +306,7 @@ def build_private_gd_step(keras_model: tf.keras.Model, learning_rate: float,
 
   ``noise_multiplier=0`` gives the non-private step (for tests).
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if not clip_norm > 0 or not math.isfinite(clip_norm):
     raise ValueError(f"clip_norm={clip_norm!r} must be a finite number > 0.")
   if noise_multiplier < 0 or not math.isfinite(noise_multiplier):
@@ -365,7 +368,7 @@ class FilterRun:
     return float(np.mean(s)) if s.size else float("nan")
 
 
-def run_private_gd_with_filter(keras_model: tf.keras.Model, x: np.ndarray, y: np.ndarray,
+def run_private_gd_with_filter(keras_model, x: np.ndarray, y: np.ndarray,
                                epsilons: np.ndarray, delta: float, noise_multiplier: float,
                                clip_norm: float, learning_rate: float, steps: int,
                                seed: int = 0, alpha: Optional[float] = None,
@@ -381,6 +384,7 @@ def run_private_gd_with_filter(keras_model: tf.keras.Model, x: np.ndarray, y: np
   ``alpha``, ``check`` and ``conversion``). ``evaluate()`` is called every
   ``eval_every`` steps and after the last one.
   """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if check not in CHECKS:
     raise ValueError(f"check={check!r} must be one of {CHECKS}.")
   if int(steps) != steps or steps < 1:
