@@ -16,10 +16,10 @@ One silo, every record with its own budget ε_i:
 runtime per step, calibration runtime, unused budget) and Fig. 7's active
 records of Filter; ``--mode=table3`` reproduces Table 3 (Group-3, Group-100,
 Individual-1000 calibration runtimes and test accuracies of SCF vs
-BinarySearch on a 1,000-record subset); ``--mode=both`` does both:
+BinarySearch on a 1,000-record subset); ``--mode=both`` (default) does both:
 
-  python -m experiments.centralized                     # compare, embedded data
-  python -m experiments.centralized --mode=both --seeds=0,1,2
+  python -m experiments.centralized                     # both, embedded data
+  python -m experiments.centralized --mode=compare --seeds=0,1,2
   python -m experiments.centralized --mode=table3 --table3_trials=5
   python -m experiments.centralized --dataset=fmnist --data_dir=~/.tff  # if present
 
@@ -58,7 +58,7 @@ MODES = ("compare", "table3", "both")
 METHOD_NAMES = {"scf": "SCF", "binary_search": "BinarySearch", "exact": "Exact",
                 "filter": "Filter"}
 
-_MODE = flags.DEFINE_enum("mode", "compare", list(MODES),
+_MODE = flags.DEFINE_enum("mode", "both", list(MODES),
                           "compare: Table 2 + Fig. 7; table3: Table 3; both.")
 _METHODS = flags.DEFINE_list("methods", ["scf", "binary_search", "filter"],
                              f"compare mode: methods among {', '.join(METHODS)}.")
@@ -126,7 +126,6 @@ class Silo:
 def synthetic_silo(train_examples: int, test_examples: int, seed: int) -> Silo:
   """Pooled train records of Synthetic IID users; their test records are the test set."""
   from datasets import synthetic  # pylint: disable=g-import-not-at-top
-  from tff_idp import models  # pylint: disable=g-import-not-at-top
   # About 92 train records per user (LEAF sizes, capped at 180, 80% train).
   users = max(10, math.ceil(1.25 * max(train_examples, 1) / 92))
   config = synthetic.SyntheticConfig(num_clients=users, iid=True, seed=seed)
@@ -139,37 +138,54 @@ def synthetic_silo(train_examples: int, test_examples: int, seed: int) -> Silo:
   if test_examples:
     tx, ty = tx[:test_examples], ty[:test_examples]
   nf, nc = config.num_features, config.num_classes
-  return Silo(x, y, tx, ty, lambda: models.build_logistic_regression(nf, nc, seed=0),
-              f"Synthetic IID (pooled, {len(y)} records)")
+
+  def builder():
+    from tff_idp import models  # pylint: disable=g-import-not-at-top
+    return models.build_logistic_regression(nf, nc, seed=0)
+
+  return Silo(x, y, tx, ty, builder, f"Synthetic IID (pooled, {len(y)} records)")
+
+
+def _to_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
+  """A dataset of single examples as (x float32, y int32), read in chunks."""
+  xs, ys = [], []
+  for batch in dataset.batch(4096):
+    xs.append(batch["x"].numpy().astype(np.float32))
+    ys.append(batch["y"].numpy().astype(np.int32).reshape(-1))
+  if not xs:
+    raise ValueError("the split has no examples.")
+  return np.concatenate(xs), np.concatenate(ys)
 
 
 def fmnist_silo(train_examples: int, test_examples: int, seed: int, data_dir,
                 split_dir) -> Silo:
-  """The datasets/ FMNIST split, all clients pooled; the paper's two-layer CNN."""
+  """The datasets/ FMNIST i.i.d. split, every writer pooled; the paper's two-layer CNN.
+
+  Built from local source files when present (never downloaded); a random
+  ``train_examples`` of the pooled records form the silo.
+  """
   from datasets import loader  # pylint: disable=g-import-not-at-top
+  from datasets import specs  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
-  train, test = loader.load_federated("fmnist", "iid", num_clients=10, seed=seed,
+  info = specs.info("fmnist")
+  # The rPDP-FL CNN expects [0, 1] inputs: rescale the stored pixels here.
+  train, test = loader.load_federated("fmnist", "iid", num_clients=None, seed=seed,
                                       data_dir=data_dir, split_dir=split_dir,
                                       rescale=True, progress=False)
-  xs, ys = [], []
-  for cid in train.client_ids:
-    batch = next(iter(train.create_tf_dataset_for_client(cid).batch(10**7)))
-    xs.append(batch["x"].numpy().astype(np.float32))
-    ys.append(batch["y"].numpy().astype(np.int32))
-  x, y = np.concatenate(xs), np.concatenate(ys)
-  rng = np.random.default_rng(seed)
-  order = rng.permutation(len(y))
-  x, y = x[order], y[order]
+  parts = [_to_arrays(train.create_tf_dataset_for_client(cid)) for cid in train.client_ids]
+  x = np.concatenate([a for a, _ in parts])
+  y = np.concatenate([b for _, b in parts])
+  order = np.random.default_rng(seed).permutation(len(y))
   if train_examples:
-    x, y = x[:train_examples], y[:train_examples]
-  test_batch = next(iter(test.batch(10**7)))
-  tx = test_batch["x"].numpy().astype(np.float32)
-  ty = test_batch["y"].numpy().astype(np.int32)
+    order = order[:train_examples]
+  x, y = x[order], y[order]
+  tx, ty = _to_arrays(test)
   if test_examples:
     tx, ty = tx[:test_examples], ty[:test_examples]
-  shape = tx.shape[1:]
-  return Silo(x, y, tx, ty, lambda: models.build_rpdp_mnist_cnn(shape, 10, seed=0),
-              f"FMNIST (pooled, {len(y)} records)")
+  shape = tuple(info.input_shape)
+  return Silo(x, y, tx, ty,
+              lambda: models.build_rpdp_mnist_cnn(shape, info.num_classes, seed=0),
+              f"FMNIST (i.i.d. split, writers pooled, {len(y)} records)")
 
 
 def accuracy(keras_model, silo: Silo, batch_size: int = 4096) -> float:
