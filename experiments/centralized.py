@@ -424,15 +424,15 @@ def format_active(row: dict, budgets: np.ndarray, points: int = 8) -> str:
 
 
 def format_table3(rows: list[dict], trials: int) -> str:
-  lines = [f"| privacy setup | method | distinct ε | E[batch] | test acc (mean ± sd, {trials} "
-           "trial(s)) | calibration runtime (s) | SCF rates lowered by exact check | "
-           "max |q_SCF − q_BS| |",
-           "|---|---|---|---|---|---|---|---|"]
+  lines = [f"| privacy setup | method | distinct ε | E[batch] | records at q=0 | test acc "
+           f"(mean ± sd, {trials} trial(s)) | calibration runtime (s) | SCF rates lowered "
+           "by exact check | max |q_SCF − q_BS| |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     diff = r["max_abs_q_difference_scf_vs_binary_search"]
     lines.append(
         f"| {r['scenario']} | {METHOD_NAMES[r['method']]} | {r['distinct_budgets']} | "
-        f"{r['expected_batch']:.1f} | {100 * r['mean_accuracy']:.2f} ± "
+        f"{r['expected_batch']:.1f} | {r['excluded_q0']} | {100 * r['mean_accuracy']:.2f} ± "
         f"{100 * r['std_accuracy']:.2f} | {r['mean_calibration_seconds']:.3f} | "
         f"{r['lowered_by_exact_check'] if r['method'] == 'scf' else '—'} | "
         f"{'—' if diff is None else f'{diff:.2e}'} |")
@@ -448,9 +448,10 @@ def plot(compare: dict | None, table3: list | None, out: str) -> None:
   axes = list(axes[0])
   if compare:
     ax = axes.pop(0)
-    for method, history in compare["curves"].items():
+    styles = {"scf": "-", "binary_search": "--", "exact": ":", "filter": "-"}
+    for method, history in compare["curves"].items():  # SCF and BinarySearch overlap
       h = np.asarray(history, dtype=float)
-      ax.plot(h[:, 0], h[:, 1], marker=".", label=METHOD_NAMES[method])
+      ax.plot(h[:, 0], h[:, 1], styles[method], marker=".", label=METHOD_NAMES[method])
     ax.set_xlabel("step")
     ax.set_ylabel("test accuracy (first seed)")
     ax.grid(alpha=0.3)
@@ -464,6 +465,7 @@ def plot(compare: dict | None, table3: list | None, out: str) -> None:
         if first is not None:
           ax.plot([first], [active[first - 1]], "o", color="red")
       ax.set_xlabel("step")
+      ax.set_ylim(0, active.max() * 1.05)
       ax.set_ylabel("active records")
       ax.set_title("Filter: active records (Fig. 7)")
       ax.grid(alpha=0.3)
