@@ -17,9 +17,10 @@ order α for that record is (:func:`gaussian_step_rdp`)
     ρ_t^(i) = α · ‖clip(g_t(x_i))‖² / (2σ²L²)  ≤  α / (2σ²)  (the worst case).
 
 ρ_t^(i) is a function of θ_t and x_i only, i.e. it is *predictable*, so
-Feldman & Zrnic's Rényi filter (their adaptive-composition theorem, §3) applies per record: if the
-sum of the ρ_t^(i) a record is charged never exceeds a budget B_i fixed in
-advance, the whole run is (α, B_i)-RDP for that record. A record that could
+Feldman & Zrnic's Rényi filter (their adaptive-composition theorem, §3)
+applies per record: if the sum of the ρ_t^(i) a record is charged never
+exceeds a budget B_i fixed in advance, the whole run is (α, B_i)-RDP for that
+record. A record that could
 go over B_i is left out of the step (filtered), so it is charged 0 then.
 
 **Budgets.** A record asks for (ε_i, δ). We turn it into an RDP budget at
