@@ -155,9 +155,37 @@ def total_rdp(q: np.ndarray | float, params: TwoStageParams) -> np.ndarray:
   return params.client_rate * params.rounds * per_round
 
 
+#: Margin on RDP before the KL shortcut ε = 0 is taken (see :func:`rdp_to_epsilon`).
+KL_RELATIVE_MARGIN = 1e-3
+KL_ABSOLUTE_MARGIN = 1e-12
+
+
 def rdp_to_epsilon(rdp: np.ndarray, delta: float) -> np.ndarray:
-  """min over :data:`ORDERS` of dp-accounting's RDP→(ε, δ) conversion, per row."""
-  return fast_rdp.rdp_to_epsilon(ORDERS, rdp, delta)
+  """min over :data:`ORDERS` of dp-accounting's RDP→(ε, δ) conversion, per row.
+
+  dp-accounting returns ε = 0 when δ² + expm1(−ρ) > 0 (ρ below about δ²: the
+  KL/Pinsker bound), and otherwise ρ + log(1 − 1/α) − log(δα)/(α − 1), which
+  is far from 0. ε therefore *jumps* at ρ ≈ δ², and a floating-point error of
+  1e-5 relative in a ρ of order 1e-11 (which is what any log-sum-exp of
+  1 + O(q²) gives) can move a rate across the jump and change ε from 0 to
+  ~0.7. To stay on the safe side of the cliff, the ε = 0 shortcut is taken
+  only if it also holds for ρ·(1 + 1e-3) + 1e-12. This can only raise ε.
+  """
+  rdp = np.asarray(rdp, dtype=float)
+  eps = fast_rdp.rdp_to_epsilon(ORDERS, rdp, delta)
+  inflated = rdp * (1.0 + KL_RELATIVE_MARGIN) + KL_ABSOLUTE_MARGIN
+  kl_zero_robust = np.any(delta**2 + np.expm1(-inflated) > 0, axis=-1)
+  if np.all(kl_zero_robust | (eps > 0)):
+    return eps
+  no_kl = _epsilon_without_kl_shortcut(rdp, delta)
+  return np.where((eps == 0) & ~kl_zero_robust, no_kl, eps)
+
+
+def _epsilon_without_kl_shortcut(rdp: np.ndarray, delta: float) -> np.ndarray:
+  orders = ORDERS.astype(float)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    eps = rdp + np.log1p(-1.0 / orders) - np.log(delta * orders) / (orders - 1.0)
+  return np.maximum(0.0, np.min(eps, axis=-1))
 
 
 def epsilon(q: np.ndarray | float, params: TwoStageParams) -> np.ndarray | float:
