@@ -37,21 +37,63 @@ def test_rpdp_compares_all_methods_within_budget(tmp_path):
   assert "records_excluded" in open(tmp_path / "ours" / "seed0" / "metrics.csv").readline()
 
 
-@pytest.mark.parametrize("args,match", [
+# Every bad flag set is checked by calling main() in ONE subprocess (one
+# TensorFlow import for all of them); each must exit 2 with advice, fast.
+BAD_FLAGS = [
     (["--client_rate=1.5"], r"client_rate \(λ\)"),
     (["--noise_multiplier=0"], "noise_multiplier"),
     (["--delta=2"], "delta"),
     (["--methods=ours,bogus"], "bogus"),
+    (["--methods="], "nothing"),
     (["--levels=0,1,5"], "must be > 0"),
     (["--level_ratios=0.5,0.2,0.1"], "sum to"),
     (["--clip_norm=-1"], "clip_norm"),
-])
-def test_bad_flags_fail_fast_with_advice(args, match, tmp_path):
-  proc = _run(["--num_clients=2", "--users_per_silo=2", "--rounds=1"] + args, tmp_path,
+    (["--local_steps=0"], "local_steps"),
+    (["--seeds="], "seeds"),
+]
+
+_DRIVER = """
+import contextlib, io, json, sys
+from absl import flags
+from experiments import rpdp
+results = []
+for args in json.loads(sys.argv[1]):
+  flags.FLAGS.unparse_flags()
+  flags.FLAGS(["rpdp", "--output_dir=" + sys.argv[2], "--num_clients=2",
+               "--users_per_silo=2", "--rounds=1"] + args)
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    rc = rpdp.main([])
+  results.append({"rc": rc, "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_flag_results(tmp_path_factory):
+  out = tmp_path_factory.mktemp("bad_flags")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+  proc = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps([a for a, _ in BAD_FLAGS]),
+                         str(out)], capture_output=True, text=True, timeout=300, env=env,
+                        cwd=ROOT, stdin=subprocess.DEVNULL)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("index", range(len(BAD_FLAGS)),
+                         ids=[" ".join(a) for a, _ in BAD_FLAGS])
+def test_bad_flags_fail_fast_with_advice(index, bad_flag_results):
+  result = bad_flag_results[index]
+  assert result["rc"] == 2, result
+  assert result["stderr"].startswith("error: "), result
+  assert re.search(BAD_FLAGS[index][1], result["stderr"]), result["stderr"]
+
+
+def test_command_line_bad_flag_exits_2(tmp_path):
+  proc = _run(["--client_rate=0", "--num_clients=2", "--users_per_silo=2"], tmp_path,
               timeout=120)
   assert proc.returncode == 2, proc.stderr[-2000:]
-  assert "error:" in proc.stderr
-  assert re.search(match, proc.stderr), proc.stderr[-2000:]
+  assert "error:" in proc.stderr and "client_rate" in proc.stderr
 
 
 @pytest.mark.slow
