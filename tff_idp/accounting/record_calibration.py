@@ -107,14 +107,27 @@ def exact_rates(budgets: np.ndarray, params: TwoStageParams,
     # bracket geometrically; only verified points are ever kept.
     stuck = np.flatnonzero(q[inner] <= grid[lo])
     if stuck.size:
-      rows = inner[stuck]
-      low, high = grid[lo[stuck]].copy(), grid[hi[stuck]].copy()
+      # Brackets that start at ε = 0 straddle the KL cliff (ε jumps from 0):
+      # the answer is the cliff's edge whatever the budget, so solve once per
+      # bracket with the smallest budget in it (which is feasible for all).
+      at_zero = eps_grid[lo[stuck]] == 0
+      rows = inner[stuck[~at_zero]]
+      targets = b[rows]
+      brackets_lo, brackets_hi = lo[stuck[~at_zero]], hi[stuck[~at_zero]]
+      cliff_rows = inner[stuck[at_zero]]
+      cliff_lo = lo[stuck[at_zero]]
+      uniq_lo, which = np.unique(cliff_lo, return_inverse=True)
+      cliff_targets = np.array([b[cliff_rows[which == k]].min() for k in range(uniq_lo.size)])
+      low = np.concatenate([grid[brackets_lo], grid[uniq_lo]])
+      high = np.concatenate([grid[brackets_hi], grid[uniq_lo + 1]])
+      target = np.concatenate([targets, cliff_targets])
       for _ in range(_BISECTION_STEPS):
         mid = np.sqrt(low * high)
-        fits = rdp_two_stage.epsilon(mid, params) <= b[rows]
+        fits = rdp_two_stage.epsilon(mid, params) <= target
         low = np.where(fits, mid, low)
         high = np.where(fits, high, mid)
-      q[rows] = low
+      q[rows] = low[:rows.size]
+      q[cliff_rows] = low[rows.size:][which]
   return q
 
 
