@@ -225,3 +225,18 @@ def load_federated(dataset: str, partition: Optional[str] = None, *,
   elif local_epochs is not None:
     raise ValueError("local_epochs needs batch_size.")
   return train, test
+
+
+def to_arrays(dataset) -> tuple:
+  """A dataset of single examples (``x``, ``y``) as (x float32, y int32) numpy arrays.
+
+  Reads in chunks of 4,096, so memory stays at the size of the result.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  xs, ys = [], []
+  for batch in dataset.batch(4096):
+    xs.append(batch["x"].numpy().astype(np.float32))
+    ys.append(batch["y"].numpy().astype(np.int32).reshape(-1))
+  if not xs:
+    raise ValueError("the split has a client or test set without examples.")
+  return np.concatenate(xs), np.concatenate(ys)

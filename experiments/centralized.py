@@ -146,17 +146,6 @@ def synthetic_silo(train_examples: int, test_examples: int, seed: int) -> Silo:
   return Silo(x, y, tx, ty, builder, f"Synthetic IID (pooled, {len(y)} records)")
 
 
-def _to_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
-  """A dataset of single examples as (x float32, y int32), read in chunks."""
-  xs, ys = [], []
-  for batch in dataset.batch(4096):
-    xs.append(batch["x"].numpy().astype(np.float32))
-    ys.append(batch["y"].numpy().astype(np.int32).reshape(-1))
-  if not xs:
-    raise ValueError("the split has no examples.")
-  return np.concatenate(xs), np.concatenate(ys)
-
-
 def fmnist_silo(train_examples: int, test_examples: int, seed: int, data_dir,
                 split_dir) -> Silo:
   """The datasets/ FMNIST i.i.d. split, every writer pooled; the paper's two-layer CNN.
@@ -172,14 +161,14 @@ def fmnist_silo(train_examples: int, test_examples: int, seed: int, data_dir,
   train, test = loader.load_federated("fmnist", "iid", num_clients=None, seed=seed,
                                       data_dir=data_dir, split_dir=split_dir,
                                       rescale=True, progress=False)
-  parts = [_to_arrays(train.create_tf_dataset_for_client(cid)) for cid in train.client_ids]
+  parts = [loader.to_arrays(train.create_tf_dataset_for_client(cid)) for cid in train.client_ids]
   x = np.concatenate([a for a, _ in parts])
   y = np.concatenate([b for _, b in parts])
   order = np.random.default_rng(seed).permutation(len(y))
   if train_examples:
     order = order[:train_examples]
   x, y = x[order], y[order]
-  tx, ty = _to_arrays(test)
+  tx, ty = loader.to_arrays(test)
   if test_examples:
     tx, ty = tx[:test_examples], ty[:test_examples]
   shape = tuple(info.input_shape)

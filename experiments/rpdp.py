@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from experiments import common
 from tff_idp import models
 from tff_idp import preferences
 from tff_idp import runtime
@@ -114,17 +115,6 @@ def synthetic_federation(num_clients: int, users_per_silo: int, iid: bool,
                     lambda: models.build_logistic_regression(nf, nc, seed=0), name)
 
 
-def _to_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
-  """A dataset of single examples as (x float32, y int32) arrays, read in chunks."""
-  xs, ys = [], []
-  for batch in dataset.batch(4096):
-    xs.append(batch["x"].numpy().astype(np.float32))
-    ys.append(batch["y"].numpy().astype(np.int32).reshape(-1))
-  if not xs:
-    raise ValueError("the split has a client or test set without examples.")
-  return np.concatenate(xs), np.concatenate(ys)
-
-
 def split_federation(dataset: str, partition: str, num_clients: int, seed: int,
                      data_dir, split_dir) -> Federation:
   """A datasets/ split (built from local source files if needed) as in-memory records.
@@ -149,10 +139,10 @@ def split_federation(dataset: str, partition: str, num_clients: int, seed: int,
   parts = collections.defaultdict(list)
   for index, cid in enumerate(ids):  # client i goes to silo i mod num_clients
     parts[f"silo_{index % num_clients:02d}"].append(
-        _to_arrays(train.create_tf_dataset_for_client(cid)))
+        loader.to_arrays(train.create_tf_dataset_for_client(cid)))
   x = {k: np.concatenate([a for a, _ in v]) for k, v in sorted(parts.items())}
   y = {k: np.concatenate([b for _, b in v]) for k, v in sorted(parts.items())}
-  test_x, test_y = _to_arrays(test)
+  test_x, test_y = loader.to_arrays(test)
   if mnist_shaped:
     builder = lambda: models.build_rpdp_mnist_cnn(shape, info.num_classes, seed=0)
   else:
@@ -167,20 +157,6 @@ def make_distribution():
     return preferences.ThreeLevels(tuple(float(v) for v in _LEVELS.value),
                                    tuple(float(v) for v in _LEVEL_RATIOS.value))
   return preferences.make_distribution(_DISTRIBUTION.value)
-
-
-def evaluator(keras_builder, test_x, test_y, batch_size: int = 2048):
-  loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-  def evaluate(weights) -> dict:
-    model = keras_builder()  # rebuilt per call: TFF tracing invalidates older Keras models
-    weights.assign_weights_to(model)
-    logits = np.concatenate([model(test_x[i:i + batch_size], training=False).numpy()
-                             for i in range(0, len(test_x), batch_size)])
-    return {"loss": float(loss_fn(test_y, logits).numpy()),
-            "accuracy": float(np.mean(np.argmax(logits, -1) == test_y))}
-
-  return evaluate
 
 
 def format_table(results: list[dict], num_seeds: int) -> str:
@@ -233,7 +209,8 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
       x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
       y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(federation.keras_builder, spec)
-  evaluate = evaluator(federation.keras_builder, federation.test_x, federation.test_y)
+  evaluate = common.keras_evaluator(federation.keras_builder, federation.test_x,
+                                    federation.test_y, batch_size=2048)
   plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch,
                                             estimator) for m in methods}
   processes = {}

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests import flag_driver
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
 
@@ -79,31 +81,11 @@ BAD_FLAGS = [
     (["--mode=table3", "--train_examples=500"], "exceeds"),
 ]
 
-_DRIVER = """
-import contextlib, io, json, sys
-from absl import flags
-from experiments import centralized
-results = []
-for args in json.loads(sys.argv[1]):
-  flags.FLAGS.unparse_flags()
-  flags.FLAGS(["centralized", "--output_dir=" + sys.argv[2]] + args)
-  err = io.StringIO()
-  with contextlib.redirect_stderr(err):
-    rc = centralized.main([])
-  results.append({"rc": rc, "stderr": err.getvalue()})
-results.append({"tensorflow_imported": any(m.startswith("tensorflow") for m in sys.modules)})
-print(json.dumps(results))
-"""
-
-
 @pytest.fixture(scope="module")
 def bad_flag_results(tmp_path_factory):
   out = tmp_path_factory.mktemp("bad_flags")
-  proc = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps([a for a, _ in BAD_FLAGS]),
-                         str(out)], capture_output=True, text=True, timeout=120, env=ENV,
-                        cwd=ROOT, stdin=subprocess.DEVNULL)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return json.loads(proc.stdout.strip().splitlines()[-1])
+  return flag_driver.run_bad_flags("experiments.centralized", [f"--output_dir={out}"],
+                                   [a for a, _ in BAD_FLAGS])
 
 
 @pytest.mark.parametrize("index", range(len(BAD_FLAGS)),

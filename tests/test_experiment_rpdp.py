@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests import flag_driver
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -52,32 +54,13 @@ BAD_FLAGS = [
     (["--seeds="], "seeds"),
 ]
 
-_DRIVER = """
-import contextlib, io, json, sys
-from absl import flags
-from experiments import rpdp
-results = []
-for args in json.loads(sys.argv[1]):
-  flags.FLAGS.unparse_flags()
-  flags.FLAGS(["rpdp", "--output_dir=" + sys.argv[2], "--num_clients=2",
-               "--users_per_silo=2", "--rounds=1"] + args)
-  err = io.StringIO()
-  with contextlib.redirect_stderr(err):
-    rc = rpdp.main([])
-  results.append({"rc": rc, "stderr": err.getvalue()})
-print(json.dumps(results))
-"""
-
-
 @pytest.fixture(scope="module")
 def bad_flag_results(tmp_path_factory):
   out = tmp_path_factory.mktemp("bad_flags")
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-  proc = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps([a for a, _ in BAD_FLAGS]),
-                         str(out)], capture_output=True, text=True, timeout=300, env=env,
-                        cwd=ROOT, stdin=subprocess.DEVNULL)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return json.loads(proc.stdout.strip().splitlines()[-1])
+  return flag_driver.run_bad_flags(
+      "experiments.rpdp",
+      [f"--output_dir={out}", "--num_clients=2", "--users_per_silo=2", "--rounds=1"],
+      [a for a, _ in BAD_FLAGS])
 
 
 @pytest.mark.parametrize("index", range(len(BAD_FLAGS)),

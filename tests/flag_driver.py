@@ -1,0 +1,40 @@
+"""Runs an experiment's ``main()`` for many bad flag sets in ONE subprocess.
+
+One fresh absl flag registry and one interpreter start for all cases keeps
+the "bad flags fail fast with advice" tests at a few seconds in all.
+"""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_DRIVER = """
+import contextlib, io, json, sys
+from absl import flags
+import importlib
+module = importlib.import_module(sys.argv[1])
+base = json.loads(sys.argv[2])
+results = []
+for args in json.loads(sys.argv[3]):
+  flags.FLAGS.unparse_flags()
+  flags.FLAGS([sys.argv[1]] + base + args)
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    rc = module.main([])
+  results.append({"rc": rc, "stderr": err.getvalue()})
+results.append({"tensorflow_imported": any(m.startswith("tensorflow") for m in sys.modules)})
+print(json.dumps(results))
+"""
+
+
+def run_bad_flags(module: str, base_args: list, cases: list, timeout: int = 300) -> list:
+  """``[{"rc", "stderr"}, …]`` per case, then ``{"tensorflow_imported": bool}``."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+  proc = subprocess.run(
+      [sys.executable, "-c", _DRIVER, module, json.dumps(base_args), json.dumps(cases)],
+      capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
+      stdin=subprocess.DEVNULL)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
