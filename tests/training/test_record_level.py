@@ -102,3 +102,24 @@ def test_resume_is_exact_and_restores_record_ledger(tmp_path):
   assert [[r[k] for k in keys] for r in rows_a] == [[r[k] for k in keys] for r in rows_b]
   assert np.all(acc_a.spent() <= np.concatenate(list(budgets.values())))
   assert rows_a[-1]["epsilon_spent_max"] > 0
+
+
+@pytest.mark.usefixtures("tff_runtime")
+def test_resume_under_other_budgets_is_refused(tmp_path):
+  from tff_idp.training import checkpoint  # pylint: disable=g-import-not-at-top
+  fed = _federation()
+  params = TwoStageParams(2.0, 1, 2, 1.0, 1e-4)
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 5], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(5, 3, seed=0), spec)
+  proc = build_rpdp_fedavg_process(
+      model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=1,
+      noise_multiplier=2.0, clip_norm=1.0)
+  plan_a = record_level.make_record_plan("ours", _budgets(fed, seed=0), params, 1.0)
+  record_level.run_record_level(proc, fed, plan_a, 0, str(tmp_path), None,
+                                checkpoint_every=1, progress=False)
+  plan_b = record_level.make_record_plan("ours", _budgets(fed, seed=1), params, 1.0)
+  with pytest.raises(checkpoint.CheckpointMismatchError, match="other privacy"):
+    record_level.run_record_level(proc, fed, plan_b, 0, str(tmp_path), None,
+                                  checkpoint_every=1, progress=False)

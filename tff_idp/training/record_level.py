@@ -19,6 +19,7 @@ record ledger) is checkpointed and resumed exactly.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import zlib
 from typing import Any, Callable, Mapping, Optional
 
@@ -150,6 +151,15 @@ def empty_input_fn(federation: RecordFederation) -> Callable[[], Any]:
   return lambda: record_dataset(x, y, np.zeros(0, np.float32), (0, 0))
 
 
+def _rates_digest(plan: RecordPlan) -> str:
+  """Identifies the per-record rates (and so the budgets): resuming under others is refused."""
+  h = hashlib.sha256()
+  for cid in sorted(plan.rates):
+    h.update(cid.encode())
+    h.update(np.asarray(plan.rates[cid], dtype=np.float64).tobytes())
+  return h.hexdigest()[:16]
+
+
 def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
                      run_seed: int, output_dir: str,
                      evaluate_fn: Optional[Callable[[Any], dict]] = None,
@@ -166,7 +176,7 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
       output_dir=output_dir, evaluate_fn=evaluate_fn, eval_every=eval_every,
       checkpoint_every=checkpoint_every, progress=progress,
       run_fingerprint=[{k: v for k, v in plan.calibration.items() if k != "seconds"},
-                       dataclasses.asdict(plan.params), run_seed,
+                       dataclasses.asdict(plan.params), run_seed, _rates_digest(plan),
                        fingerprint],
       padding_input_fn=empty_input_fn(federation), record_accountant=accountant)
   state, rows = driver.run(plan.params.rounds)
