@@ -60,6 +60,11 @@ def build_optimizer(name: str, lr: float) -> tff.learning.optimizers.Optimizer:
   raise ValueError(f"optimizer {name!r} must be sgd or adam.")
 
 
+# Larger than any paper client (SVHN's hold 833-834 examples), so every
+# client's data is fully shuffled each epoch.
+CLIENT_SHUFFLE_BUFFER = 1024
+
+
 def client_input_fn(train_data: tff.simulation.datasets.ClientData,
                     config: TrainingConfig, seed: int,
                     clip_scales: Optional[dict] = None) -> Callable[[str, int], Any]:
@@ -68,7 +73,7 @@ def client_input_fn(train_data: tff.simulation.datasets.ClientData,
   def make(client_id: str, round_num: int):
     shuffle_seed = zlib.crc32(f"{seed}/{round_num}/{client_id}".encode())
     ds = (train_data.create_tf_dataset_for_client(client_id)
-          .shuffle(512, seed=shuffle_seed, reshuffle_each_iteration=True)
+          .shuffle(CLIENT_SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=True)
           .repeat(config.local_epochs).batch(config.batch_size))
     if clip_scales is not None:
       return scaled_client_data(ds, clip_scales[client_id])
