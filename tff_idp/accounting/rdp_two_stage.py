@@ -130,9 +130,13 @@ def amplify_by_client_sampling(rdp_local: np.ndarray, client_rate: float) -> np.
   alpha_m1 = ORDERS.astype(float) - 1.0
   if client_rate >= 1.0:
     return np.asarray(rdp_local, dtype=float).copy()
-  log_mix = np.logaddexp(math.log1p(-client_rate),
-                         math.log(client_rate) + alpha_m1 * rdp_local)
-  return log_mix / alpha_m1
+  x = alpha_m1 * np.asarray(rdp_local, dtype=float)
+  with np.errstate(over="ignore"):
+    # log1p(λ·expm1(x)) is exact for small x (where logaddexp loses ~1e-10
+    # relative to cancellation); logaddexp does not overflow for large x.
+    small = np.log1p(client_rate * np.expm1(np.minimum(x, 1.0)))
+  large = np.logaddexp(math.log1p(-client_rate), math.log(client_rate) + x)
+  return np.where(x < 1.0, small, large) / alpha_m1
 
 
 def round_rdp(q: np.ndarray | float, params: TwoStageParams) -> np.ndarray:
