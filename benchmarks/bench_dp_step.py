@@ -42,7 +42,6 @@ def _models():
 
 def bench_model(builder, shape, repeats: int, steps: int) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   import tensorflow_privacy as tfp  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top

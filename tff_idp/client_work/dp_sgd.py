@@ -23,7 +23,7 @@ data, so a round can be replayed bit for bit (and resumed exactly).
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
