@@ -38,3 +38,11 @@ def run_bad_flags(module: str, base_args: list, cases: list, timeout: int = 300)
       stdin=subprocess.DEVNULL)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_fails_with_advice(result: dict, pattern: str) -> None:
+  """One bad-flag case exited 2 with an ``error: …`` line matching ``pattern``."""
+  import re  # pylint: disable=g-import-not-at-top
+  assert result["rc"] == 2, result
+  assert result["stderr"].startswith("error: "), result
+  assert re.search(pattern, result["stderr"]), result["stderr"]
