@@ -1,4 +1,5 @@
-"""AdaptiveClipDPMeanFactory: exact clipping arithmetic, noise statistics, clip update."""
+"""AdaptiveClipDPMeanFactory: exact clipping arithmetic, noise statistics, clip update,
+and the privacy of what it actually releases (SCALE included)."""
 import collections
 import math
 
@@ -29,7 +30,8 @@ def test_type_signatures():
       "<a=float32[2000],b=float32[2]>@SERVER")
   assert str(process.next.type_signature.result.measurements) == (
       "<clip=float32,noise_std=float32,mean_noise_std=float32,"
-      "unclipped_fraction=float32,num_clients=float32>@SERVER")
+      "unclipped_fraction=float32,diagnostics=<num_clients=float32,"
+      "nonfinite_updates=float32,invalid_clip_scales=float32>>@SERVER")
 
 
 def test_zero_noise_clipping_is_exact():
@@ -46,10 +48,10 @@ def test_zero_noise_clipping_is_exact():
   np.testing.assert_allclose(out.result["b"], np.array([0.6 + 0.3 + 0.3, 0.8 + 0.4 + 0.4]) / 4,
                              rtol=1e-6)
   np.testing.assert_array_equal(out.result["a"], np.zeros(2000))
-  # One of three is unclipped; with σ_b = 0 the estimate is exact:
-  # b̄ = (Σ(b_i - 1/2))/c + 1/2 = (1 - 1.5)/4 + 0.5.
-  assert out.measurements["unclipped_fraction"] == pytest.approx(0.375)
-  assert out.measurements["num_clients"] == 3
+  # One of three is unclipped; the bits are scaled by s_i; with σ_b = 0 the
+  # estimate is exact: b̄ = Σ s_i(b_i - 1/2)/c_s + 1/2 = (0.5 - 0.5 - 0.25)/4 + 0.5.
+  assert out.measurements["unclipped_fraction"] == pytest.approx(0.4375)
+  assert out.measurements["diagnostics"]["num_clients"] == 3
 
 
 def test_noise_std_matches_sigma_times_clip():
@@ -101,7 +103,7 @@ def test_empty_cohort_still_releases_noise():
   process = aggregators.AdaptiveClipDPMeanFactory(1.0, 30, noise_seed=1).create(
       VALUE_TYPE, WEIGHT_TYPE)
   out = process.next(process.initialize(), [], [])
-  assert out.measurements["num_clients"] == 0
+  assert out.measurements["diagnostics"]["num_clients"] == 0
   assert np.std(out.result["a"]) > 0
 
 
@@ -127,6 +129,57 @@ def test_all_zero_updates_are_absent():
   padded = process.next(process.initialize(), real + [_value(0.0, [0, 0])] * 3,
                         [1.0] * 5)
   np.testing.assert_allclose(padded.result["b"], base.result["b"])
-  assert padded.measurements["num_clients"] == 2
+  assert padded.measurements["diagnostics"]["num_clients"] == 2
   assert padded.measurements["unclipped_fraction"] == pytest.approx(
       base.measurements["unclipped_fraction"])
+
+
+def test_default_noise_seed_is_fresh_per_initialize():
+  """No fixed seed: every run draws its own secret noise seed (audit D2)."""
+  process = aggregators.AdaptiveClipDPMeanFactory(1.0, 30).create(VALUE_TYPE, WEIGHT_TYPE)
+  seeds = {int(process.initialize()["noise_seed"]) for _ in range(3)}
+  assert len(seeds) == 3
+  a = process.next(process.initialize(), [_value(0.1, [1, 1])], [1.0]).result
+  b = process.next(process.initialize(), [_value(0.1, [1, 1])], [1.0]).result
+  assert not np.allclose(a["a"], b["a"])
+
+
+def test_nonfinite_update_is_absent_and_counted():
+  """One client sending inf/NaN must not turn the aggregate into NaN (audit D4)."""
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.0, expected_clients_per_round=4, initial_clip=1.0, clip_learning_rate=0.0)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  real = [_value(0.0, [3, 4]), _value(0.0, [0.3, 0.4])]
+  base = process.next(process.initialize(), real, [1.0, 1.0])
+  bad = [_value(np.inf, [1, 1]), _value(0.0, [np.nan, 1.0]), _value(-np.inf, [0, 0])]
+  out = process.next(process.initialize(), real + bad, [1.0] * 5)
+  assert np.all(np.isfinite(out.result["a"])) and np.all(np.isfinite(out.result["b"]))
+  np.testing.assert_allclose(out.result["b"], base.result["b"])
+  np.testing.assert_array_equal(out.result["a"], np.zeros(2000))
+  assert out.measurements["unclipped_fraction"] == pytest.approx(
+      base.measurements["unclipped_fraction"])
+  assert out.measurements["diagnostics"]["nonfinite_updates"] == 3
+  assert out.measurements["diagnostics"]["num_clients"] == 2
+  assert out.state["clip"] == pytest.approx(1.0)
+
+
+def test_clip_scale_outside_unit_interval_is_clamped_and_counted():
+  """A clip scale of 5 must not give sensitivity 5C (audit D4): it is clamped to 1."""
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.0, expected_clients_per_round=1, initial_clip=1.0, clip_learning_rate=0.0)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  big = _value(0.0, [30, 40])  # norm 50
+  for scale, expected_norm in [(5.0, 1.0), (np.inf, 1.0), (-2.0, 0.0), (np.nan, 0.0),
+                               (0.5, 0.5)]:
+    out = process.next(process.initialize(), [big], [scale])
+    assert np.linalg.norm(out.result["b"]) == pytest.approx(expected_norm, abs=1e-6), scale
+    assert abs(out.measurements["unclipped_fraction"] - 0.5) <= expected_norm / 2 + 1e-6
+    invalid = out.measurements["diagnostics"]["invalid_clip_scales"]
+    assert invalid == (0.0 if scale == 0.5 else 1.0), scale
+
+
+def test_expected_clip_scale_sum_is_checked():
+  with pytest.raises(ValueError, match="expected_clip_scale_sum"):
+    aggregators.AdaptiveClipDPMeanFactory(1.0, 30, expected_clip_scale_sum=31.0)
+  with pytest.raises(ValueError, match="expected_clip_scale_sum"):
+    aggregators.AdaptiveClipDPMeanFactory(1.0, 30, expected_clip_scale_sum=0.0)

@@ -5,21 +5,45 @@ sampled client i with update Δ_i and weight s_i (its clip scale; 1 except for
 SCALE) it computes, as in IDP-FedAvg Alg. 2 and Andrew et al. Alg. 1:
 
     Δ̃_i = Δ_i · min(1, s_i C / ‖Δ_i‖)                    (clip to s_i C)
-    b_i  = 1[‖Δ_i‖ <= s_i C] - 1/2                        (centred clip bit)
-           (0 for an all-zero update: padding clients are absent)
+    b_i  = s_i · (1[‖Δ_i‖ <= s_i C] - 1/2)                (scaled, centred clip bit)
+           (0 for an absent client: all-zero or non-finite update)
     Δ̄   = (Σ_i Δ̃_i + N(0, (z_Δ C)² I)) / c               (c = expected cohort)
-    b̄   = (Σ_i b_i + N(0, σ_b²)) / c + 1/2
+    b̄   = (Σ_i b_i + N(0, σ_b²)) / c_s + 1/2             (c_s = E[Σ_i s_i])
     C'   = C · exp(-η_C (b̄ - γ))                          (geometric update)
 
 The normaliser is the *expected* number of clients per round c, not the
 realised one, so the mean's sensitivity is fixed (McMahan et al. 2018). With a
 total noise multiplier z, the value noise is z_Δ = (z⁻² - (2σ_b)⁻²)^(-1/2)
 (Andrew et al. Thm. 1), so the pair (Δ̄, b̄) is as private as one Gaussian
-mechanism with multiplier z: exactly what Alg. 1 calibrates.
+mechanism with multiplier z for a client of scale 1.
 
-Noise is drawn with stateless RNG from a seed kept in the aggregator state,
-so runs are reproducible and resume exactly. That is right for simulation; a
-deployment must not keep noise seeds where an adversary can read them.
+**Why the clip bit is scaled by s_i (SCALE).** Adding or removing client i
+changes the released pair (Σ Δ̃, Σ b) by at most (s_i C, s_i / 2). Against the
+noise (z_Δ C, σ_b) that is an L2 distance of
+s_i · sqrt(z_Δ⁻² + (2σ_b)⁻²) = s_i / z, i.e. one Gaussian mechanism with
+multiplier z / s_i: exactly what ``accounting.scale`` calibrates and the
+ledger charges. An *unscaled* bit (±1/2) would give the multiplier
+(s_i² z_Δ⁻² + (2σ_b)⁻²)^(-1/2) < z / s_i, so every group with s_i < 1 would
+spend more than it is charged (the D1 leak of the audit). Scaling the bit is
+preferred to accounting with that smaller multiplier because it keeps the
+calibration independent of σ_b and clips the strict groups less. What the
+scaled bits estimate is the s-weighted unclipped fraction; dividing by the
+expected weight c_s = Σ_i q_i s_i (``expected_clip_scale_sum``, a constant
+fixed before sampling) keeps it an unbiased estimate of a fraction. Without
+SCALE every s_i = 1 and c_s = c.
+
+**Robustness.** A clip scale outside (0, 1] would raise the sensitivity
+above what was accounted; it is clamped into [0, 1] at the client (NaN → 0,
+which makes the client absent) and counted in ``diagnostics/invalid_clip_scales``.
+A non-finite update is treated as absent (it adds nothing to any sum) and
+counted in ``diagnostics/nonfinite_updates``. Un-noised counts live under
+``measurements["diagnostics"]``: they are not covered by the DP guarantee.
+
+**Noise randomness.** Noise is drawn with stateless RNG from a seed kept in
+the aggregator (server) state: secret by default (drawn from OS entropy by
+``initialize`` unless ``noise_seed`` is given), checkpointed with the state
+for exact resume. Whoever can read that state can subtract the noise, so the
+state, like a checkpoint, is as sensitive as the raw updates.
 """
 from __future__ import annotations
 
@@ -60,8 +84,12 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
     target_unclipped_quantile: γ.
     clip_learning_rate: η_C.
     clipped_count_stddev: σ_b (default 0.05·c).
-    noise_seed: seed of the stateless noise RNG (default: drawn at random once
-      and stored in the state).
+    noise_seed: seed of the stateless noise RNG. Default (None): drawn from OS
+      entropy by every ``initialize()`` call, so no two runs share noise. A
+      fixed seed makes the noise derivable by anyone who knows it: for tests
+      and debugging only.
+    expected_clip_scale_sum: c_s = Σ_i q_i s_i, the normaliser of the clip
+      bits (default c, right whenever every s_i = 1).
   """
 
   def __init__(self, noise_multiplier: float, expected_clients_per_round: float,
@@ -69,7 +97,8 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
                target_unclipped_quantile: float = DEFAULT_TARGET_QUANTILE,
                clip_learning_rate: float = DEFAULT_CLIP_LEARNING_RATE,
                clipped_count_stddev: Optional[float] = None,
-               noise_seed: Optional[int] = None):
+               noise_seed: Optional[int] = None,
+               expected_clip_scale_sum: Optional[float] = None):
     if not noise_multiplier >= 0 or math.isinf(noise_multiplier):
       raise ValueError(f"noise_multiplier={noise_multiplier} must be finite and >= 0.")
     if not expected_clients_per_round > 0:
@@ -78,10 +107,17 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
       raise ValueError(f"initial_clip={initial_clip} must be > 0.")
     if not 0 <= target_unclipped_quantile <= 1:
       raise ValueError("target_unclipped_quantile must lie in [0, 1].")
+    if expected_clip_scale_sum is None:
+      expected_clip_scale_sum = expected_clients_per_round
+    if not 0 < expected_clip_scale_sum <= expected_clients_per_round * (1 + 1e-9):
+      raise ValueError(
+          f"expected_clip_scale_sum={expected_clip_scale_sum} must lie in (0, c="
+          f"{expected_clients_per_round}]: it is Σ_i q_i s_i with clip scales s_i <= 1.")
     if clipped_count_stddev is None:
       clipped_count_stddev = DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION * expected_clients_per_round
     self.noise_multiplier = float(noise_multiplier)
     self.expected_clients_per_round = float(expected_clients_per_round)
+    self.expected_clip_scale_sum = float(expected_clip_scale_sum)
     self.initial_clip = float(initial_clip)
     self.target_unclipped_quantile = float(target_unclipped_quantile)
     self.clip_learning_rate = float(clip_learning_rate)
@@ -95,6 +131,7 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
     z_value = self.value_noise_multiplier
     sigma_b = self.clipped_count_stddev
     c = self.expected_clients_per_round
+    c_s = self.expected_clip_scale_sum
     gamma = self.target_unclipped_quantile
     eta = self.clip_learning_rate
     initial_clip = self.initial_clip
@@ -103,6 +140,8 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
     @tff.tensorflow.computation
     def init_fn():
       if fixed_seed is None:
+        # An op seed of 0 with no graph seed: TensorFlow seeds this draw from
+        # OS entropy at every execution, so each initialize() differs.
         seed = tf.random.uniform([], minval=0, maxval=2**62, dtype=tf.int64)
       else:
         seed = tf.constant(fixed_seed, tf.int64)
@@ -115,19 +154,10 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type, weight_type, np.float32)
     def clip_at_client(value, clip_scale, clip):
-      leaves = tf.nest.flatten(value)
-      norm = tf.linalg.global_norm(leaves)
-      bound = tf.cast(clip_scale, tf.float32) * clip
-      factor = tf.minimum(1.0, bound / tf.maximum(norm, 1e-12))
-      clipped = tf.nest.map_structure(lambda v: v * tf.cast(factor, v.dtype), value)
-      # An exactly-zero update (a padding client with no data) is "absent": it
-      # adds nothing to the sum, the clip count or the client count.
-      present = tf.cast(norm > 0.0, tf.float32)
-      unclipped = present * (tf.cast(norm <= bound, tf.float32) - 0.5)
-      return clipped, unclipped, present
+      return clip_client_update(value, clip_scale, clip)
 
-    @tff.tensorflow.computation(state_type, value_type, np.float32, np.float32)
-    def noise_at_server(state, value_sum, unclipped_sum, num_clients):
+    @tff.tensorflow.computation(state_type, value_type, np.float32, DIAGNOSTICS_TYPE)
+    def noise_at_server(state, value_sum, unclipped_sum, diagnostics):
       clip = state["clip"]
       seeds = tf.random.experimental.stateless_split(
           tf.stack([state["noise_seed"], state["round"]]), len(value_specs) + 1)
@@ -139,7 +169,7 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
         noised.append((leaf + noise) / tf.constant(c, spec.dtype))
       mean = tf.nest.pack_sequence_as(value_sum, noised)
       count_noise = tf.random.stateless_normal([], seed=seeds[-1], stddev=sigma_b)
-      unclipped_fraction = (unclipped_sum + count_noise) / c + 0.5
+      unclipped_fraction = (unclipped_sum + count_noise) / c_s + 0.5
       new_clip = clip * tf.exp(-eta * (unclipped_fraction - gamma))
       new_state = collections.OrderedDict(
           clip=new_clip, noise_seed=state["noise_seed"], round=state["round"] + 1)
@@ -148,7 +178,7 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
           noise_std=z_value * clip,
           mean_noise_std=z_value * clip / c,
           unclipped_fraction=unclipped_fraction,
-          num_clients=num_clients)
+          diagnostics=diagnostics)
       return new_state, mean, measurements
 
     @tff.federated_computation(
@@ -157,15 +187,51 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
         tff.FederatedType(weight_type, tff.CLIENTS))
     def next_fn(state, value, weight):
       clip = tff.federated_broadcast(state.clip)
-      clipped, unclipped, present = tff.federated_map(
+      clipped, unclipped, diagnostics = tff.federated_map(
           clip_at_client, (value, weight, clip))
       new_state, mean, measurements = tff.federated_map(
           noise_at_server,
           (state, tff.federated_sum(clipped), tff.federated_sum(unclipped),
-           tff.federated_sum(present)))
+           tff.federated_sum(diagnostics)))
       return tff.templates.MeasuredProcessOutput(
           state=new_state, result=mean, measurements=measurements)
 
     return tff.templates.AggregationProcess(
         tff.federated_computation(lambda: tff.federated_eval(init_fn, tff.SERVER)),
         next_fn)
+
+
+# Un-noised per-round counts (not covered by the DP guarantee).
+DIAGNOSTICS_TYPE = tff.StructWithPythonType(
+    [("num_clients", np.float32), ("nonfinite_updates", np.float32),
+     ("invalid_clip_scales", np.float32)], collections.OrderedDict)
+
+
+def clip_client_update(value, clip_scale, clip):
+  """One client's contribution (Δ̃_i, b_i) and its diagnostic counts (plain TF).
+
+  See the module docstring: the update is clipped to s_i·C and the centred
+  clip bit is scaled by s_i, so the pair's sensitivity is s_i·(C, 1/2). A
+  scale outside [0, 1] is clamped (NaN → 0); a non-finite update is absent.
+  """
+  leaves = tf.nest.flatten(value)
+  raw_scale = tf.cast(clip_scale, tf.float32)
+  scale_is_valid = tf.logical_and(raw_scale > 0.0, raw_scale <= 1.0)
+  scale = tf.clip_by_value(tf.where(tf.math.is_nan(raw_scale), 0.0, raw_scale), 0.0, 1.0)
+  finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in leaves])
+  norm = tf.where(finite, tf.linalg.global_norm(
+      [tf.where(tf.math.is_finite(v), v, tf.zeros_like(v)) for v in leaves]), 0.0)
+  bound = scale * clip
+  factor = tf.minimum(1.0, bound / tf.maximum(norm, 1e-12))
+  # tf.where, not a product: 0 · inf would be NaN.
+  clipped = tf.nest.map_structure(
+      lambda v: tf.where(finite, v * tf.cast(factor, v.dtype), tf.zeros_like(v)), value)
+  # An exactly-zero update (a padding client with no data) or a non-finite
+  # one is "absent": it adds nothing to the sum, the clip bits or the count.
+  present = tf.cast(tf.logical_and(finite, norm > 0.0), tf.float32)
+  unclipped = present * scale * (tf.cast(norm <= bound, tf.float32) - 0.5)
+  diagnostics = collections.OrderedDict(
+      num_clients=present,
+      nonfinite_updates=1.0 - tf.cast(finite, tf.float32),
+      invalid_clip_scales=1.0 - tf.cast(scale_is_valid, tf.float32))
+  return clipped, unclipped, diagnostics

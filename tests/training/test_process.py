@@ -39,7 +39,8 @@ def test_dp_process_is_a_learning_process_with_expected_types():
   assert str(data_type) == "{<x=float32[?,4],y=int32[?]>*}@CLIENTS"
   agg_metrics = p.next.type_signature.result.metrics.member["aggregator"]
   assert str(agg_metrics) == ("<clip=float32,noise_std=float32,mean_noise_std=float32,"
-                              "unclipped_fraction=float32,num_clients=float32>")
+                              "unclipped_fraction=float32,diagnostics=<num_clients=float32,"
+                              "nonfinite_updates=float32,invalid_clip_scales=float32>>")
 
 
 def test_scale_process_takes_clip_scales_with_the_data():
@@ -49,7 +50,7 @@ def test_scale_process_takes_clip_scales_with_the_data():
   state = p.initialize()
   out = p.next(state, [process_lib.scaled_client_data(_dataset(i), s)
                        for i, s in enumerate([0.5, 1.0])])
-  assert out.metrics["aggregator"]["num_clients"] == 2
+  assert out.metrics["aggregator"]["diagnostics"]["num_clients"] == 2
 
 
 def test_nonprivate_process_runs_and_has_no_dp_measurements():

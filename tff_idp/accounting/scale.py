@@ -7,6 +7,12 @@ multiplier is z / s_p. We pick, per group, the smallest σ_p that meets ε_p at
 rate q (getNoise), then share z = min_p σ_p and set s_p = z / σ_p <= 1: the
 most relaxed group is clipped at C, stricter groups are clipped harder.
 Groups with ε = inf get s_p = 1 (they are still covered by z).
+
+z / s_p is the multiplier of the *whole* release only because the aggregator
+(``tff_idp.aggregators``) also scales each client's adaptive-clipping bit by
+s_p: the released pair (clipped sum, clip-bit sum) then has sensitivity
+s_p·(C, 1/2), s_p times that of an unscaled client, against noise
+(z_Δ C, σ_b) with z_Δ⁻² + (2σ_b)⁻² = z⁻² (Andrew et al. 2021, Thm. 1).
 """
 from __future__ import annotations
 
@@ -36,6 +42,12 @@ class ScaleCalibration:
   @property
   def effective_noise_multipliers(self) -> tuple[float, ...]:
     return tuple(self.noise_multiplier / s for s in self.clip_scales)
+
+  @property
+  def expected_clip_scale_sum(self) -> float:
+    """E[Σ_i s_i] over a round's cohort, q·Σ_p |G_p| s_p: the clip bits' normaliser."""
+    return float(self.sampling_rate * sum(n * s for n, s in zip(self.group_sizes,
+                                                                self.clip_scales)))
 
 
 def get_group_clip_scales(epsilons: Sequence[float], group_sizes: Sequence[int],

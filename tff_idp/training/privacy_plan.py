@@ -69,6 +69,14 @@ class PrivacyPlan:
   ledger: Optional[PrivacyLedger]
   group_rates: tuple[float, ...] = ()
   group_sizes: tuple[int, ...] = ()
+  # E[Σ_i s_i] per round, the aggregator's clip-bit normaliser (SCALE only).
+  expected_clip_scale_sum: Optional[float] = None
+
+  def aggregator_kwargs(self) -> dict:
+    """What the DP aggregator needs from this plan beyond σ and c."""
+    if self.expected_clip_scale_sum is None:
+      return {}
+    return {"expected_clip_scale_sum": self.expected_clip_scale_sum}
 
   def summary(self) -> dict:
     return {
@@ -111,4 +119,5 @@ def make_privacy_plan(spec: RunSpec, budgets: Sequence[float], num_clients: int,
   return PrivacyPlan(spec, groups, np.full(num_clients, cal.sampling_rate),
                      cal.noise_multiplier, float(clients_per_round),
                      np.asarray(cal.clip_scales)[groups], ledger,
-                     (cal.sampling_rate,) * len(sizes), cal.group_sizes)
+                     (cal.sampling_rate,) * len(sizes), cal.group_sizes,
+                     min(cal.expected_clip_scale_sum, float(clients_per_round)))
