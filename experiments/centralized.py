@@ -47,10 +47,13 @@ from absl import flags
 from absl import logging as absl_logging
 import numpy as np
 
+from experiments import privacy_flags
 from tff_idp import filter_gd  # its TensorFlow parts import TF lazily
 from tff_idp import preferences
 from tff_idp.accounting import record_calibration
 from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.privacy_randomness import PrivacyRandomness
 
 DP_SGD_METHODS = ("scf", "binary_search", "exact")
 METHODS = DP_SGD_METHODS + ("filter",)
@@ -102,6 +105,7 @@ _T3_NOISE = flags.DEFINE_float("table3_noise_multiplier", 1.0, "table3: σ.")
 _T3_STEPS = flags.DEFINE_integer("table3_steps", 300, "table3: DP-SGD steps.")
 _T3_LR = flags.DEFINE_float("table3_learning_rate", 1.0, "table3: learning rate.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/centralized", "Where results go.")
+privacy_flags.define(release_only=False)
 
 
 @dataclasses.dataclass
@@ -190,13 +194,15 @@ def _chunks(steps: int, every: int) -> list[int]:
 
 
 def train_dp_sgd(silo: Silo, q: np.ndarray, noise_multiplier: float, clip_norm: float,
-                 learning_rate: float, steps: int, seed: int, eval_every: int) -> dict:
+                 learning_rate: float, steps: int, randomness: PrivacyRandomness,
+                 eval_every: int) -> dict:
   """rPDP-SGD on one silo with per-record rates q (the client work's tf.function).
 
   The steps run through :func:`tff_idp.client_work.dp_sgd.build_local_dp_sgd`
   in chunks of ``eval_every`` (plain SGD keeps no state between chunks), each
-  chunk with its own seed. The tracing is done by a warm-up call with q = 0
-  (which takes no step), so the reported s/step is warm.
+  chunk with its own secret seed from ``randomness`` (the silo is the one
+  client). The tracing is done by a warm-up call with q = 0 (which takes no
+  step and draws nothing), so the reported s/step is warm.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -219,10 +225,10 @@ def train_dp_sgd(silo: Silo, q: np.ndarray, noise_multiplier: float, clip_norm: 
           model, tff.learning.optimizers.build_sgdm(learning_rate), length,
           noise_multiplier, clip_norm)
       updates[length](weights, silo.x, silo.y, np.zeros_like(q),
-                      tf.constant([seed, -1], tf.int64))  # trace
+                      tf.constant([0, 0], tf.int64))  # trace; q = 0 draws nothing
     start = time.perf_counter()
     delta, stats = updates[length](weights, silo.x, silo.y, q,
-                                   tf.constant([seed, c], tf.int64))
+                                   tf.constant(randomness.client_seed("silo", c), tf.int64))
     weights = tff.learning.models.ModelWeights(
         trainable=[w - d for w, d in zip(weights.trainable, delta)],
         non_trainable=weights.non_trainable)
@@ -268,9 +274,12 @@ def run_compare(silo: Silo, budgets: np.ndarray, methods, seeds, cfg: dict) -> d
       accs, spf, spf_tf, run = [], [], [], None
       for seed in seeds:
         keras_model = silo.keras_builder()
+        randomness = PrivacyRandomness.for_run(seed, f"centralized/{method}",
+                                               cfg["insecure_reproducible_noise"])
         run_ = filter_gd.run_private_gd_with_filter(
             keras_model, silo.x, silo.y, budgets, cfg["delta"], sigma, cfg["clip_norm"],
-            cfg["filter_learning_rate"], steps, seed=seed, alpha=cfg["filter_alpha"],
+            cfg["filter_learning_rate"], steps, seed=randomness.aggregator_noise_seed(),
+            alpha=cfg["filter_alpha"],
             check=cfg["filter_check"], evaluate=lambda m=keras_model: accuracy(m, silo),
             eval_every=cfg["eval_every"])
         accs.append(run_.history[-1][1])
@@ -301,8 +310,10 @@ def run_compare(silo: Silo, budgets: np.ndarray, methods, seeds, cfg: dict) -> d
     rates = calibrate(budgets, params, method)
     accs, sps, mb, history = [], [], [], None
     for seed in seeds:
+      randomness = PrivacyRandomness.for_run(seed, f"centralized/{method}",
+                                             cfg["insecure_reproducible_noise"])
       out = train_dp_sgd(silo, rates.q, cfg["noise_multiplier"], cfg["clip_norm"],
-                         cfg["learning_rate"], cfg["steps"], seed, cfg["eval_every"])
+                         cfg["learning_rate"], cfg["steps"], randomness, cfg["eval_every"])
       accs.append(out["accuracy"])
       sps.append(out["seconds_per_step"])
       mb.append(out["mean_batch"])
@@ -352,8 +363,10 @@ def run_table3(silo: Silo, methods, cfg: dict) -> list[dict]:
         rates = calibrate(budgets, params, method)
         qs[method] = rates.q
         secs[name, method].append(rates.seconds)
+        randomness = PrivacyRandomness.for_run(
+            trial, f"centralized/table3/{name}/{method}", cfg["insecure_reproducible_noise"])
         out = train_dp_sgd(sub, rates.q, params.noise_multiplier, cfg["clip_norm"],
-                           cfg["table3_learning_rate"], params.local_steps, trial, 0)
+                           cfg["table3_learning_rate"], params.local_steps, randomness, 0)
         acc[name, method].append(out["accuracy"])
         extra[name, method] = {
             "distinct_budgets": int(np.unique(budgets).size),
@@ -535,6 +548,7 @@ def parse_config() -> dict:
       "budget_seed": _BUDGET_SEED.value, "table3_examples": _T3_EXAMPLES.value,
       "table3_trials": _T3_TRIALS.value, "table3_noise_multiplier": _T3_NOISE.value,
       "table3_steps": _T3_STEPS.value, "table3_learning_rate": _T3_LR.value,
+      "insecure_reproducible_noise": privacy_flags.insecure(),
   }
 
 
@@ -559,6 +573,8 @@ def main(argv):
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  privacy_flags.announce()
+  warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
   out_dir = _OUTPUT_DIR.value
   os.makedirs(out_dir, exist_ok=True)
   budgets = preferences.assign_record_budgets(cfg["distribution"], [len(silo.y)],
@@ -584,12 +600,15 @@ def main(argv):
     table3 = run_table3(silo, methods, cfg)
     text.append("## Table 3: SCF vs BinarySearch (calibration runtime, accuracy)\n\n"
                 + format_table3(table3, cfg["table3_trials"]))
+  if warning:
+    text.insert(0, f"**{warning}** (--insecure_reproducible_noise)")
   body = "\n\n".join(text)
   with open(os.path.join(out_dir, "summary.md"), "w") as f:
     f.write(f"{silo.name}\n\n{body}\n")
   with open(os.path.join(out_dir, "summary.json"), "w") as f:
     config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
-    json.dump({"config": config, "silo": silo.name, "records": len(silo.y),
+    json.dump({**({"privacy_warning": warning} if warning else {}),
+               "config": config, "silo": silo.name, "records": len(silo.y),
                "budget_counts": {str(e): int(c) for e, c in
                                  zip(*np.unique(budgets, return_counts=True))},
                "compare": compare, "table3": table3}, f, indent=1, default=str)

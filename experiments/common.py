@@ -4,6 +4,12 @@ Experiment modules define their data and model and call ``run_all``. It
 calibrates each run (``tff_idp.training.privacy_plan``), builds its TFF
 process, drives it with checkpoints and metrics, and writes ``summary.json``,
 ``summary.md`` and ``accuracy.png`` into the output directory.
+
+Privacy randomness (aggregator noise, client sampling) is secret: each
+(run spec, seed) draws its own from OS entropy (``tff_idp.privacy_randomness``);
+``--seeds`` controls only model init, data order and the group assignment.
+``insecure_reproducible_noise`` derives it from the seed instead, for
+debugging, and labels every output NOT PRIVATE.
 """
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp import aggregators
+from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training import privacy_plan
 from tff_idp.training.driver import RoundDriver
@@ -50,6 +58,10 @@ class TrainingConfig:
   allow_overrun: bool = False
   max_rate: float = 1.0
   progress: bool = True
+  # Derive noise and sampling from the seed: NOT PRIVATE, debugging only.
+  insecure_reproducible_noise: bool = False
+  # Write no diagnostics (un-noised statistics) at all.
+  release_only: bool = False
 
 
 def build_optimizer(name: str, lr: float) -> tff.learning.optimizers.Optimizer:
@@ -159,21 +171,26 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
             noise_multiplier=plan.noise_multiplier,
             expected_clients_per_round=plan.expected_clients_per_round,
             per_client_clip_scale=plan.client_clip_scales is not None,
-            aggregator_kwargs=dict(aggregator_kwargs or {}, noise_seed=None)
+            aggregator_kwargs=dict(aggregator_kwargs or {}, **plan.aggregator_kwargs())
             if plan.noise_multiplier is not None else None)
       scales = (dict(zip(client_ids, plan.client_clip_scales.tolist()))
                 if plan.client_clip_scales is not None else None)
       run_dir = os.path.join(config.output_dir, spec.name, f"seed{seed}")
+      randomness = PrivacyRandomness.for_run(seed, f"idp_fedavg/{spec.name}",
+                                             config.insecure_reproducible_noise)
       driver = RoundDriver(
-          process=_SeededProcess(process, seed, plan.noise_multiplier is not None),
-          sampler=PoissonClientSampler(client_ids, plan.client_rates, seed),
+          process=_ProcessWithSecretNoise(process, randomness,
+                                          plan.noise_multiplier is not None),
+          sampler=PoissonClientSampler(client_ids, plan.client_rates,
+                                       randomness.sampling_seed()),
           client_input_fn=client_input_fn(train_data, config, seed, scales),
           output_dir=run_dir, ledger=plan.ledger,
           group_names=[f"eps{b:g}" for b in config.budgets],
           evaluate_fn=evaluate, eval_every=config.eval_every,
           checkpoint_every=config.checkpoint_every,
-          run_fingerprint=[plan_summary, dataclasses.asdict(config), seed],
-          progress=config.progress)
+          run_fingerprint=[plan_summary, _fingerprint_config(config), seed],
+          progress=config.progress, privacy_randomness=randomness,
+          release_only=config.release_only)
       empty = (train_data.create_tf_dataset_for_client(client_ids[0]).take(0)
                .batch(config.batch_size))
       driver.padding_input_fn = (
@@ -194,17 +211,29 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
   return results
 
 
-class _SeededProcess:
-  """Gives each seed its own aggregator noise seed without rebuilding the process."""
+def _fingerprint_config(config: TrainingConfig) -> dict:
+  """The config fields a checkpoint must match (not output-only switches)."""
+  d = dataclasses.asdict(config)
+  for key in ("progress", "release_only", "output_dir"):
+    d.pop(key)
+  return d
 
-  def __init__(self, process, seed: int, private: bool):
-    self._process, self._seed, self._private = process, seed, private
+
+class _ProcessWithSecretNoise:
+  """Seeds the aggregator's noise from the run's privacy randomness at initialize.
+
+  The process is built once per run spec and shared by its seeds; each run
+  gets its own secret noise seed here (restored from the checkpoint when a
+  run resumes, since the whole state is).
+  """
+
+  def __init__(self, process, randomness: PrivacyRandomness, private: bool):
+    self._process, self._randomness, self._private = process, randomness, private
 
   def initialize(self):
     state = self._process.initialize()
     if self._private:
-      agg = state.aggregator
-      agg["noise_seed"] = np.int64(zlib.crc32(f"noise/{self._seed}".encode()))
+      state.aggregator["noise_seed"] = np.int64(self._randomness.aggregator_noise_seed())
     return state
 
   def __getattr__(self, name):
@@ -222,13 +251,17 @@ def format_table(config: TrainingConfig, results: list[dict]) -> str:
                    zip(r["group_rates"], r["group_sizes"]))
     lines.append(f"| {r['run']} | {sigma} | {qs} | {r['expected_clients_per_round']:.2f} | "
                  f"{100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} |")
+  if config.insecure_reproducible_noise:
+    lines = [f"**{NOT_PRIVATE_LABEL}** (--insecure_reproducible_noise)", ""] + lines
   return "\n".join(lines)
 
 
 def write_summary(config: TrainingConfig, results: list[dict]) -> None:
   os.makedirs(config.output_dir, exist_ok=True)
+  warning = NOT_PRIVATE_LABEL if config.insecure_reproducible_noise else None
   with open(os.path.join(config.output_dir, "summary.json"), "w") as f:
-    json.dump({"config": dataclasses.asdict(config), "results": results}, f, indent=1,
+    json.dump(dict({"privacy_warning": warning} if warning else {},
+                   config=dataclasses.asdict(config), results=results), f, indent=1,
               default=lambda x: None if isinstance(x, float) and math.isinf(x) else str(x))
   table = format_table(config, results)
   with open(os.path.join(config.output_dir, "summary.md"), "w") as f:
@@ -244,7 +277,8 @@ def write_summary(config: TrainingConfig, results: list[dict]) -> None:
         ax.plot(h[:, 0], h[:, 1], marker=".", label=r["run"])
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (first seed)")
-    ax.set_title("IDP-FedAvg: accuracy per privacy distribution")
+    ax.set_title("IDP-FedAvg: accuracy per privacy distribution"
+                 + (f"\n{warning}" if warning else ""), color="red" if warning else "black")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

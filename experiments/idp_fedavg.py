@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from datasets import synthetic
 from experiments import common
+from experiments import privacy_flags
 from tff_idp import models
 from tff_idp import runtime
 from tff_idp.accounting import exact
@@ -69,6 +70,7 @@ _MODEL = flags.DEFINE_enum("model", "logreg", ["logreg", "mlp"],
                            "Multinomial logistic regression or a 64-unit MLP.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+privacy_flags.define()
 
 
 def main(argv):
@@ -86,7 +88,10 @@ def main(argv):
       accountant=_ACCOUNTANT.value, output_dir=_OUTPUT_DIR.value,
       eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value,
       allow_overrun=_ALLOW_OVERRUN.value, max_rate=_MAX_RATE.value,
-      progress=_PROGRESS.value)
+      progress=_PROGRESS.value,
+      insecure_reproducible_noise=privacy_flags.insecure(),
+      release_only=privacy_flags.release_only())
+  privacy_flags.announce()
   try:
     data_config = synthetic.SyntheticConfig(
         num_clients=_NUM_CLIENTS.value, alpha=_ALPHA.value, beta=_BETA.value,

@@ -42,6 +42,7 @@ from absl import logging as absl_logging
 from datasets import loader
 from datasets import sources
 from datasets import specs
+from experiments import privacy_flags
 from tff_idp.accounting import exact
 
 PAPER_RUNS = ("nonprivate", "0-0-100", "34-43-23", "54-37-9", "100-0-0")
@@ -128,6 +129,7 @@ def define_flags(p: PaperPreset) -> None:
   flags.DEFINE_float("max_rate", 1.0, "Cap on any client's sampling rate.")
   flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
   flags.DEFINE_bool("progress", True, "Progress bars.")
+  privacy_flags.define()
   if p.comparisons:
     flags.DEFINE_enum("comparison", None, list(p.comparisons),
                       "aldaghri: ε 0.6-∞-∞ at 95-0-5 with --max_rate=0.1 (Sec. VI).")
@@ -161,7 +163,8 @@ _FLAG_NAMES = frozenset([
     "batch_size", "client_optimizer", "client_learning_rate", "server_learning_rate",
     "delta", "accountant", "partition", "iid", "num_clients", "split_seed", "data_dir",
     "split_dir", "download", "output_dir", "eval_every", "eval_batch_size",
-    "checkpoint_every", "allow_overrun", "max_rate", "device", "progress", "comparison"])
+    "checkpoint_every", "allow_overrun", "max_rate", "device", "progress", "comparison",
+    privacy_flags.INSECURE, privacy_flags.RELEASE_ONLY])
 
 
 def _config(p: PaperPreset, v: dict):
@@ -184,7 +187,9 @@ def _config(p: PaperPreset, v: dict):
       client_optimizer=v["client_optimizer"], delta=v["delta"],
       accountant=v["accountant"], output_dir=out, eval_every=v["eval_every"],
       checkpoint_every=v["checkpoint_every"], allow_overrun=v["allow_overrun"],
-      max_rate=v["max_rate"], progress=v["progress"])
+      max_rate=v["max_rate"], progress=v["progress"],
+      insecure_reproducible_noise=v[privacy_flags.INSECURE],
+      release_only=v[privacy_flags.RELEASE_ONLY])
 
 
 def paper_table(p: PaperPreset, partition: str, results: list[dict],
@@ -244,6 +249,7 @@ def run(p: PaperPreset) -> int:
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   try:
     config = _config(p, v)
+    privacy_flags.announce()
     expected_k = split.num_clients if split is not None else pending[2]
     common.validate(config, expected_k)
     if split is None:

@@ -33,6 +33,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import common
+from experiments import privacy_flags
 from tff_idp import models
 from tff_idp import preferences
 from tff_idp import runtime
@@ -83,6 +84,7 @@ _EVAL_EVERY = flags.DEFINE_integer("eval_every", 5, "Evaluate every k rounds.")
 _CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", 5, "Checkpoint every k rounds.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+privacy_flags.define()
 
 
 @dataclasses.dataclass
@@ -203,7 +205,8 @@ def plot(results: list[dict], out: str) -> None:
 def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, seeds,
         output_dir: str, clip_norm: float, learning_rate: float, privacy_free_batch: float,
         eval_every: int, checkpoint_every: int, progress: bool,
-        estimator: str = "scf") -> list[dict]:
+        estimator: str = "scf", insecure_reproducible_noise: bool = False,
+        release_only: bool = False) -> list[dict]:
   """Every method × seed; returns one summary row per method."""
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
@@ -231,7 +234,9 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
       _, _, accountant = record_level.run_record_level(
           processes[key], federation.records, plan, seed, run_dir, evaluate,
           eval_every, checkpoint_every, progress,
-          fingerprint=[federation.name, learning_rate, estimator])
+          fingerprint=[federation.name, learning_rate, estimator],
+          insecure_reproducible_noise=insecure_reproducible_noise,
+          release_only=release_only)
       rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
       finals.append(rows[-1]["eval_accuracy"])
       if not history:
@@ -291,7 +296,8 @@ def main(argv):
   with runtime.execution_context(device=_DEVICE.value):
     results = run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
                   _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
-                  _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value)
+                  _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
+                  privacy_flags.insecure(), privacy_flags.release_only())
   table = format_table(results, len(seeds))
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   with open(os.path.join(_OUTPUT_DIR.value, "summary.md"), "w") as f:

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests import flag_driver
+from tests import secret_scan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,6 +37,12 @@ def test_rpdp_compares_all_methods_within_budget(tmp_path):
   assert (tmp_path / "accuracy.png").stat().st_size > 1000
   assert (tmp_path / "ours" / "seed0" / "checkpoints" / "ckpt_000003.json").exists()
   assert "records_excluded" in open(tmp_path / "ours" / "seed0" / "metrics.csv").readline()
+  # Privacy randomness stays in the checkpoints; un-noised stats in diagnostics.csv.
+  secret_scan.assert_no_secret_outside_checkpoints(tmp_path, proc.stdout, proc.stderr)
+  assert "NOT PRIVATE" not in proc.stdout + proc.stderr
+  header = open(tmp_path / "ours" / "seed0" / "diagnostics.csv").readline()
+  assert "sampled_records" in header and "clients_sampled" in header
+  assert "sampled_records" not in open(tmp_path / "ours" / "seed0" / "metrics.csv").readline()
 
 
 # Every bad flag set is checked by calling main() in ONE subprocess (one

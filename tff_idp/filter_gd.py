@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import secrets
 import time
 from typing import Callable, Optional
 
@@ -372,7 +373,7 @@ class FilterRun:
 def run_private_gd_with_filter(keras_model, x: np.ndarray, y: np.ndarray,
                                epsilons: np.ndarray, delta: float, noise_multiplier: float,
                                clip_norm: float, learning_rate: float, steps: int,
-                               seed: int = 0, alpha: Optional[float] = None,
+                               seed: Optional[int] = None, alpha: Optional[float] = None,
                                check: str = "worst_case", conversion: str = "balle",
                                evaluate: Optional[Callable[[], dict]] = None,
                                eval_every: int = 0,
@@ -384,6 +385,10 @@ def run_private_gd_with_filter(keras_model, x: np.ndarray, y: np.ndarray,
   record i is held to (ε_i, δ) by its own filter (see module doc for
   ``alpha``, ``check`` and ``conversion``). ``evaluate()`` is called every
   ``eval_every`` steps and after the last one.
+
+  ``seed`` seeds the Gaussian noise, so it must be secret: the default (None)
+  draws it from OS entropy. A fixed seed makes the noise removable by whoever
+  knows it (tests and debugging only; see ``tff_idp.privacy_randomness``).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if check not in CHECKS:
@@ -398,6 +403,8 @@ def run_private_gd_with_filter(keras_model, x: np.ndarray, y: np.ndarray,
                                             clip_norm, n, loss_fn)
   x = np.asarray(x, np.float32)
   y = np.asarray(y, np.int32)
+  if seed is None:
+    seed = secrets.randbits(63)
   base_seed = tf.constant([seed, 0x5EED], tf.int64)
   active_counts = np.zeros(int(steps), dtype=np.int64)
   first_filtered = {float(e): None for e in np.unique(filt.epsilons)} \

@@ -1,5 +1,6 @@
 """Round driver: exact resume, ledger enforcement, checkpoint safety (small TFF runs)."""
 import collections
+import json
 import warnings
 
 import numpy as np
@@ -11,6 +12,8 @@ tff = pytest.importorskip("tensorflow_federated")
 from datasets import synthetic  # pylint: disable=g-import-not-at-top
 from tff_idp import models
 from tff_idp.accounting import ledger as ledger_lib
+from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training import checkpoint
 from tff_idp.training import privacy_plan
@@ -55,7 +58,7 @@ def setup():
 
 
 def _driver(setup, out_dir, fail_at_round=None, allow_overrun=False, calibrated=ROUNDS,
-            pad=False):
+            pad=False, **driver_kwargs):
   train, plan = setup["train"], setup["plan"]
 
   def client_input(cid, round_num):
@@ -74,9 +77,9 @@ def _driver(setup, out_dir, fail_at_round=None, allow_overrun=False, calibrated=
       client_input_fn=client_input, output_dir=str(out_dir), ledger=ledger,
       group_names=["eps4", "eps8"], evaluate_fn=setup["evaluate"], eval_every=1,
       checkpoint_every=2, run_fingerprint=plan.summary(), progress=False,
-      tensorboard=False,
       padding_input_fn=(lambda: train.create_tf_dataset_for_client(
-          train.client_ids[0]).take(0).batch(16)) if pad else None)
+          train.client_ids[0]).take(0).batch(16)) if pad else None,
+      **dict(dict(tensorboard=False), **driver_kwargs))
 
 
 def _comparable(rows):
@@ -96,15 +99,18 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(setup, tmp_path):
 
   resumed = _driver(setup, tmp_path / "resumed")
   resumed.run(ROUNDS)
+  for name in ("metrics.csv", "diagnostics.csv"):
+    expected = read_metrics(tmp_path / "straight" / name)
+    got = read_metrics(tmp_path / "resumed" / name)
+    assert [r["round"] for r in got] == [1, 2, 3, 4]
+    for e, g in zip(_comparable(expected), _comparable(got)):
+      assert e.keys() == g.keys()
+      for k in e:
+        if e[k] is None:
+          assert g[k] is None, k
+        else:
+          assert g[k] == pytest.approx(e[k], rel=1e-5, abs=1e-7), (k, e["round"])
   got = read_metrics(tmp_path / "resumed" / "metrics.csv")
-  assert [r["round"] for r in got] == [1, 2, 3, 4]
-  for e, g in zip(_comparable(expected), _comparable(got)):
-    assert e.keys() == g.keys()
-    for k in e:
-      if e[k] is None:
-        assert g[k] is None, k
-      else:
-        assert g[k] == pytest.approx(e[k], rel=1e-5, abs=1e-7), (k, e["round"])
   # Spent privacy was restored, not reset.
   assert resumed.ledger.rounds_done == ROUNDS
   assert got[-1]["epsilon_eps4"] == pytest.approx(resumed.ledger.spent()[0])
@@ -157,3 +163,44 @@ def test_padding_cohorts_with_empty_clients_changes_nothing(setup, tmp_path):
         assert g[k] is None, k
       else:
         assert g[k] == pytest.approx(e[k], rel=1e-5, abs=1e-7), k
+
+
+def test_release_and_diagnostics_are_separate_files(setup, tmp_path):
+  """Audit D3: un-noised statistics never land in the private release."""
+  _driver(setup, tmp_path / "both", tensorboard=True).run(2)
+  release = read_metrics(tmp_path / "both" / "metrics.csv")
+  diagnostics = read_metrics(tmp_path / "both" / "diagnostics.csv")
+  un_noised = {"clients_sampled", "num_clients", "train_loss", "train_accuracy", "seconds"}
+  assert not un_noised & set(release[0])
+  assert un_noised <= set(diagnostics[0])
+  assert {"clip", "unclipped_fraction", "eval_accuracy", "epsilon_eps4"} <= set(release[0])
+  assert {r["clients_sampled"] for r in diagnostics} != {None}
+  assert (tmp_path / "both" / "tensorboard" / "release").is_dir()
+  assert (tmp_path / "both" / "tensorboard" / "diagnostics").is_dir()
+
+  _driver(setup, tmp_path / "release", tensorboard=True, release_only=True).run(2)
+  assert not (tmp_path / "release" / "diagnostics.csv").exists()
+  assert not (tmp_path / "release" / "tensorboard" / "diagnostics").exists()
+  assert read_metrics(tmp_path / "release" / "metrics.csv")[0].keys() == release[0].keys()
+
+
+def test_privacy_randomness_is_checkpointed_and_restored(setup, tmp_path):
+  first = PrivacyRandomness.secret()
+  _driver(setup, tmp_path, privacy_randomness=first).run(2)
+  meta = json.load(open(tmp_path / "checkpoints" / "ckpt_000002.json"))
+  assert meta["privacy_randomness"] == first.get_state()
+  # Nothing outside the checkpoints holds the secret.
+  for path in tmp_path.rglob("*"):
+    if path.is_file() and "checkpoints" not in path.parts:
+      assert first.get_state()["secret"].encode() not in path.read_bytes(), path
+  fresh = PrivacyRandomness.secret()
+  _driver(setup, tmp_path, privacy_randomness=fresh).run(ROUNDS)
+  assert fresh.client_seed("c", 3) == first.client_seed("c", 3)
+
+
+def test_insecure_randomness_labels_every_row(setup, tmp_path):
+  debug = PrivacyRandomness.from_seed(0, "test")
+  _driver(setup, tmp_path, privacy_randomness=debug).run(1)
+  for name in ("metrics.csv", "diagnostics.csv"):
+    rows = read_metrics(tmp_path / name)
+    assert rows and all(r["privacy_warning"] == NOT_PRIVATE_LABEL for r in rows)

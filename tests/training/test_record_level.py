@@ -1,5 +1,6 @@
 """Record-level runs: per-method plans, the record accountant in the driver, exact resume."""
 import collections
+import shutil
 
 import numpy as np
 import pytest
@@ -75,33 +76,36 @@ def test_resume_is_exact_and_restores_record_ledger(tmp_path):
   state_a, _, acc_a = record_level.run_record_level(
       proc, fed, plan, 3, str(tmp_path / "a"), evaluate, eval_every=1, checkpoint_every=2,
       progress=False)
-
+  # A crash after round 3 leaves the round-2 checkpoint; resuming from it must
+  # reproduce the uninterrupted run exactly. The privacy randomness is secret
+  # (a fresh secret per run), so this holds only if the resumed run takes the
+  # checkpointed secret rather than drawing a new one.
+  shutil.copytree(tmp_path / "a", tmp_path / "b")
+  for path in (tmp_path / "b" / "checkpoints").glob("ckpt_000004.*"):
+    path.unlink()
   calls = {"n": 0}
 
-  def crashing(weights):
+  def counting(weights):
     calls["n"] += 1
-    if calls["n"] == 3:
-      raise KeyboardInterrupt("simulated crash in round 3")
     return evaluate(weights)
 
-  with pytest.raises(KeyboardInterrupt):
-    record_level.run_record_level(proc, fed, plan, 3, str(tmp_path / "b"), crashing,
-                                  eval_every=1, checkpoint_every=2, progress=False)
   state_b, _, acc_b = record_level.run_record_level(
-      proc, fed, plan, 3, str(tmp_path / "b"), evaluate, eval_every=1, checkpoint_every=2,
+      proc, fed, plan, 3, str(tmp_path / "b"), counting, eval_every=1, checkpoint_every=2,
       progress=False)
+  assert calls["n"] == 2  # rounds 3 and 4 only: it resumed
   for u, v in zip(proc.get_model_weights(state_a).trainable,
                   proc.get_model_weights(state_b).trainable):
     np.testing.assert_array_equal(u, v)
   np.testing.assert_array_equal(acc_a.charged, acc_b.charged)
   assert acc_b.rounds_done == 4 - 2 + 2  # restored at 2, then two more rounds
-  rows_a = read_metrics(str(tmp_path / "a" / "metrics.csv"))
-  rows_b = read_metrics(str(tmp_path / "b" / "metrics.csv"))
-  keys = ["round", "clients_sampled", "eval_loss", "sampled_records", "epsilon_spent_max",
-          "records_active"]
-  assert [[r[k] for k in keys] for r in rows_a] == [[r[k] for k in keys] for r in rows_b]
+  for name, keys in [("metrics.csv", ["round", "eval_loss", "epsilon_spent_max",
+                                      "records_active"]),
+                     ("diagnostics.csv", ["round", "clients_sampled", "sampled_records"])]:
+    rows_a = read_metrics(str(tmp_path / "a" / name))
+    rows_b = read_metrics(str(tmp_path / "b" / name))
+    assert [[r[k] for k in keys] for r in rows_a] == [[r[k] for k in keys] for r in rows_b]
   assert np.all(acc_a.spent() <= np.concatenate(list(budgets.values())))
-  assert rows_a[-1]["epsilon_spent_max"] > 0
+  assert read_metrics(str(tmp_path / "a" / "metrics.csv"))[-1]["epsilon_spent_max"] > 0
 
 
 @pytest.mark.usefixtures("tff_runtime")
@@ -123,3 +127,29 @@ def test_resume_under_other_budgets_is_refused(tmp_path):
   with pytest.raises(checkpoint.CheckpointMismatchError, match="other privacy"):
     record_level.run_record_level(proc, fed, plan_b, 0, str(tmp_path), None,
                                   checkpoint_every=1, progress=False)
+
+
+@pytest.mark.usefixtures("tff_runtime")
+def test_same_seed_draws_fresh_noise_unless_insecure_mode(tmp_path):
+  """Audit D2: client-side noise and sampling must not follow from the run seed."""
+  fed = _federation()
+  params = TwoStageParams(2.0, 1, 1, 1.0, 1e-4)
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 5], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(5, 3, seed=0), spec)
+  proc = build_rpdp_fedavg_process(
+      model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=1,
+      noise_multiplier=2.0, clip_norm=1.0)
+  plan = record_level.make_record_plan("ours", _budgets(fed), params, 1.0)
+
+  def final_weights(name, insecure):
+    state, _, _ = record_level.run_record_level(
+        proc, fed, plan, 7, str(tmp_path / name), None, progress=False,
+        insecure_reproducible_noise=insecure)
+    return np.concatenate([np.ravel(w) for w in proc.get_model_weights(state).trainable])
+
+  assert not np.allclose(final_weights("secret1", False), final_weights("secret2", False))
+  np.testing.assert_array_equal(final_weights("debug1", True), final_weights("debug2", True))
+  assert "NOT PRIVATE" in (tmp_path / "debug1" / "metrics.csv").read_text()
+  assert "NOT PRIVATE" not in (tmp_path / "secret1" / "metrics.csv").read_text()

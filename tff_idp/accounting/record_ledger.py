@@ -87,6 +87,13 @@ class RecordBudgetAccountant:
     eps = self.spent()
     return {cid: eps[s] for cid, s in self._slices.items()}
 
+  @property
+  def metrics_depend_on_sampling(self) -> bool:
+    """Type I charges only the rounds a client was sampled in, so the ledger's
+    metrics reveal the (secret) client sampling: they are diagnostics then.
+    Type II charges every active record every round: they are public."""
+    return self.params.threat_model != "type2"
+
   def begin_round(self) -> None:
     """Pre-check: exclude every record whose next charge would exceed its budget."""
     candidates = np.flatnonzero(self.active)

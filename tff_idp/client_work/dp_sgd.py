@@ -19,7 +19,9 @@ For each of τ local steps, a client
 5. takes one optimizer step.
 
 Randomness is stateless, derived from a per-client seed that travels with the
-data, so a round can be replayed bit for bit (and resumed exactly).
+data, so a round can be replayed bit for bit (and resumed exactly) by whoever
+holds that seed: the client. The seed must be secret (see
+``tff_idp.privacy_randomness``); a predictable seed makes the noise removable.
 """
 from __future__ import annotations
 

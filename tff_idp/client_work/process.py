@@ -12,8 +12,11 @@ features and labels plus two fields (see :func:`record_dataset`):
 * ``q``: float32 [B], each record's current sampling rate (0 = excluded);
 * ``seed``: int64 [B, 2], the client's seed for this round, repeated on every
   record so that the element stays a plain batch (TFF client data must be a
-  sequence). In a simulation the driver derives it from (run seed, round,
-  client), which makes runs reproducible and resumable.
+  sequence). It drives the client's record sampling and DP-SGD noise, so it
+  is the client's secret: it lives in client-placed data that no server
+  computation reads. In a simulation the driver derives it with the client's
+  key from the run's secret (``tff_idp.privacy_randomness``), which makes a
+  run resumable from its checkpoint without making the noise predictable.
 """
 from __future__ import annotations
 

@@ -5,8 +5,11 @@ sample the cohort, run ``process.next``, record the round in the ledger, log
 metrics, evaluate every ``eval_every`` rounds and checkpoint every
 ``checkpoint_every`` rounds. ``run`` resumes from the newest checkpoint in
 ``output_dir`` when there is one, restoring the process state, the sampler's
-RNG, the round number and the ledger, so a resumed run reproduces the
-uninterrupted one.
+RNG, the privacy randomness, the round number and the ledger, so a resumed
+run reproduces the uninterrupted one.
+
+Metrics are split (``tff_idp.training.metrics``): ``RELEASE_FIELDS`` are
+covered by the DP guarantee, ``DIAGNOSTIC_FIELDS`` are un-noised and are not.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import numpy as np
 import tqdm
 
 from tff_idp.accounting.ledger import PrivacyLedger
+from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training import checkpoint
 from tff_idp.training.metrics import MetricsWriter
@@ -30,12 +35,15 @@ from tff_idp.training.metrics import MetricsWriter
 ClientInputFn = Callable[[str, int], Any]
 EvaluateFn = Callable[[Any], dict]
 
-BASE_FIELDS = ["round", "clients_sampled", "train_loss", "train_accuracy", "clip",
-               "noise_std", "mean_noise_std", "unclipped_fraction", "eval_loss",
-               "eval_accuracy", "seconds"]
-
-
-# Written for record-level (rPDP-FL) runs, from the client work's measurements.
+# Private release: noised aggregates, the released model's evaluation on
+# held-out data (post-processing) and, added per group, the ε ledger.
+RELEASE_FIELDS = ["round", "clip", "noise_std", "mean_noise_std", "unclipped_fraction",
+                  "eval_loss", "eval_accuracy"]
+# Diagnostics: exact, un-noised statistics of the private data or of the
+# private sampling (even the wall time grows with the cohort size).
+DIAGNOSTIC_FIELDS = ["round", "clients_sampled", "num_clients", "nonfinite_updates",
+                     "invalid_clip_scales", "train_loss", "train_accuracy", "seconds"]
+# Diagnostics of record-level (rPDP-FL) runs, from the client work's measurements.
 RECORD_LEVEL_FIELDS = ["sampled_records", "clipped_fraction", "mean_expected_batch",
                        "participating_clients"]
 
@@ -68,7 +76,7 @@ class RoundDriver:
     process: any LearningProcess whose ``next`` takes a list of client inputs.
     sampler: who participates in each round.
     client_input_fn: ``(client_id, round) -> client input`` (e.g. a dataset).
-    output_dir: metrics.csv, tensorboard/, checkpoints/ go here.
+    output_dir: metrics.csv (release), diagnostics.csv, tensorboard/, checkpoints/.
     ledger: privacy ledger (None for non-private runs).
     group_names: names of the ledger's groups, for metric columns.
     evaluate_fn: ``model_weights -> {"loss": .., "accuracy": ..}``.
@@ -87,7 +95,13 @@ class RoundDriver:
       ``begin_round()`` runs before the cohort is sampled (pre-check and
       exclusion; ``client_input_fn`` reads the resulting rates), its
       ``end_round(cohort)`` after the round, its ``metrics()`` go into the
-      metric rows and its state into every checkpoint.
+      metric rows (diagnostics when ``metrics_depend_on_sampling``) and its
+      state into every checkpoint.
+    privacy_randomness: the run's secret randomness
+      (``tff_idp.privacy_randomness``), checkpointed and restored on resume
+      so that client seeds derived from it continue exactly. When it is the
+      insecure reproducible kind, every output row is labelled NOT PRIVATE.
+    release_only: write no diagnostics (un-noised statistics) at all.
   """
   process: Any
   sampler: PoissonClientSampler
@@ -104,6 +118,8 @@ class RoundDriver:
   padding_input_fn: Optional[Callable[[], Any]] = None
   pad_multiple: int = 8
   record_accountant: Optional[Any] = None
+  privacy_randomness: Optional[PrivacyRandomness] = None
+  release_only: bool = False
 
   def __post_init__(self):
     if self.eval_every < 1 or self.checkpoint_every < 1:
@@ -118,10 +134,23 @@ class RoundDriver:
   def checkpoint_dir(self) -> str:
     return os.path.join(self.output_dir, "checkpoints")
 
-  def _fields(self) -> list[str]:
-    extra = (list(RECORD_LEVEL_FIELDS) + list(self.record_accountant.metric_names)
-             if self.record_accountant else [])
-    return BASE_FIELDS + [f"epsilon_{g}" for g in self.group_names] + extra
+  def _fields(self) -> tuple[list[str], Optional[list[str]]]:
+    """(release columns, diagnostic columns or None in release-only mode)."""
+    release = RELEASE_FIELDS + [f"epsilon_{g}" for g in self.group_names]
+    diagnostics = list(DIAGNOSTIC_FIELDS)
+    if self.record_accountant is not None:
+      diagnostics += RECORD_LEVEL_FIELDS
+      ledger_fields = list(self.record_accountant.metric_names)
+      if getattr(self.record_accountant, "metrics_depend_on_sampling", True):
+        diagnostics += ledger_fields
+      else:
+        release += ledger_fields
+    return release, (None if self.release_only else diagnostics)
+
+  @property
+  def _privacy_warning(self) -> Optional[str]:
+    randomness = self.privacy_randomness
+    return NOT_PRIVATE_LABEL if randomness is not None and randomness.reproducible else None
 
   def _restore(self, template: Any) -> tuple[Any, int]:
     last = checkpoint.latest_round(self.checkpoint_dir)
@@ -138,6 +167,8 @@ class RoundDriver:
       self.ledger.set_state(meta["ledger"])
     if self.record_accountant is not None:
       self.record_accountant.set_state(meta["record_accountant"])
+    if self.privacy_randomness is not None:
+      self.privacy_randomness.set_state(meta.get("privacy_randomness"))
     logging.info("resumed from round %d (%s)", last, self.checkpoint_dir)
     return state, last
 
@@ -148,6 +179,9 @@ class RoundDriver:
         "ledger": self.ledger.get_state() if self.ledger is not None else None,
         "record_accountant": (self.record_accountant.get_state()
                               if self.record_accountant is not None else None),
+        # Secret: a checkpoint is as sensitive as the raw data.
+        "privacy_randomness": (self.privacy_randomness.get_state()
+                               if self.privacy_randomness is not None else None),
     })
 
   def run(self, total_rounds: int) -> tuple[Any, list[dict]]:
@@ -157,8 +191,10 @@ class RoundDriver:
       if total_rounds > self.ledger.calibrated_rounds and not self.ledger.allow_overrun:
         self.ledger.check_can_run(total_rounds - self.ledger.rounds_done)
     state, start = self._restore(self.process.initialize())
-    writer = MetricsWriter(self.output_dir, self._fields(), resume_after_round=start,
-                           tensorboard=self.tensorboard)
+    release_fields, diagnostic_fields = self._fields()
+    writer = MetricsWriter(self.output_dir, release_fields, diagnostic_fields,
+                           resume_after_round=start, tensorboard=self.tensorboard,
+                           privacy_warning=self._privacy_warning)
     rows: list[dict] = []
     bar = tqdm.tqdm(total=total_rounds, initial=start, disable=not self.progress,
                     desc=os.path.basename(os.path.normpath(self.output_dir)),
@@ -191,6 +227,9 @@ class RoundDriver:
             "noise_std": _pick(flat, "aggregator/noise_std"),
             "mean_noise_std": _pick(flat, "aggregator/mean_noise_std"),
             "unclipped_fraction": _pick(flat, "aggregator/unclipped_fraction"),
+            "num_clients": _pick(flat, "diagnostics/num_clients"),
+            "nonfinite_updates": _pick(flat, "diagnostics/nonfinite_updates"),
+            "invalid_clip_scales": _pick(flat, "diagnostics/invalid_clip_scales"),
         }
         if self.record_accountant is not None:
           for name in RECORD_LEVEL_FIELDS:
@@ -212,7 +251,7 @@ class RoundDriver:
         if round_num % self.checkpoint_every == 0 or round_num == total_rounds:
           self._save(state, round_num)
         bar.update(1)
-        postfix = {"clients": len(cohort)}
+        postfix = {} if self.release_only else {"clients": len(cohort)}
         if row.get("eval_accuracy") is not None:
           postfix["acc"] = f"{row['eval_accuracy']:.3f}"
         bar.set_postfix(postfix)

@@ -14,13 +14,18 @@ one of four methods (rPDP-FL §7.2):
 :func:`run_record_level` runs one seed: clients are Poisson-sampled at λ by
 the driver's sampler, the per-record accountant pre-checks and excludes
 records before every round, and everything (model, sampler RNG, round,
-record ledger) is checkpointed and resumed exactly.
+record ledger, privacy secret) is checkpointed and resumed exactly.
+
+Privacy randomness (``tff_idp.privacy_randomness``) is secret by default:
+the server's client sampler is seeded from the run's secret, and each
+client's record sampling and DP-SGD noise from a client seed derived with
+that client's own key. The run seed only names the run; it derives nothing
+private unless the insecure debug mode is asked for.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import zlib
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
@@ -29,6 +34,7 @@ from tff_idp.accounting import record_calibration
 from tff_idp.accounting.rdp_two_stage import TwoStageParams
 from tff_idp.accounting.record_ledger import RecordBudgetAccountant
 from tff_idp.client_work.process import record_dataset
+from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training.driver import RoundDriver
 
@@ -125,21 +131,21 @@ def make_record_plan(method: str, budgets: Mapping[str, np.ndarray],
                     params.noise_multiplier, clip_norm, params, summary)
 
 
-def client_seed(run_seed: int, client_id: str, round_num: int) -> tuple[int, int]:
-  """The (stateless) seed of one client's local training in one round."""
-  return (zlib.crc32(f"{run_seed}/{client_id}".encode()), int(round_num))
-
-
 def record_input_fn(federation: RecordFederation, plan: RecordPlan,
-                    accountant: Optional[RecordBudgetAccountant], run_seed: int,
+                    accountant: Optional[RecordBudgetAccountant],
+                    randomness: PrivacyRandomness,
                     batch_size: int = 1024) -> Callable[[str, int], Any]:
-  """``(client_id, round) -> dataset`` with the records' current rates (0 = excluded)."""
+  """``(client_id, round) -> dataset`` with the records' current rates (0 = excluded).
+
+  The dataset carries the client's secret seed for the round
+  (``randomness.client_seed``), which drives its record sampling and noise.
+  """
 
   def make(client_id: str, round_num: int):
     q = accountant.current_rates(client_id) if accountant is not None \
         else plan.rates[client_id]
     return record_dataset(federation.x[client_id], federation.y[client_id], q,
-                          client_seed(run_seed, client_id, round_num), batch_size)
+                          randomness.client_seed(client_id, round_num), batch_size)
 
   return make
 
@@ -164,20 +170,32 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
                      run_seed: int, output_dir: str,
                      evaluate_fn: Optional[Callable[[Any], dict]] = None,
                      eval_every: int = 5, checkpoint_every: int = 5,
-                     progress: bool = True, fingerprint: Any = None):
-  """Runs (or resumes) one seed of a record-level method; returns (state, rows, accountant)."""
+                     progress: bool = True, fingerprint: Any = None,
+                     insecure_reproducible_noise: bool = False,
+                     release_only: bool = False):
+  """Runs (or resumes) one seed of a record-level method; returns (state, rows, accountant).
+
+  Args:
+    run_seed: names the run (checkpoints are bound to it); it seeds nothing
+      private unless ``insecure_reproducible_noise`` (NOT PRIVATE, debugging
+      only) derives the privacy randomness from it.
+    release_only: write no diagnostics (un-noised statistics).
+  """
   accountant = plan.new_accountant()
   client_ids = federation.client_ids
+  randomness = PrivacyRandomness.for_run(run_seed, f"rpdp/{plan.method}",
+                                         insecure_reproducible_noise)
   sampler = PoissonClientSampler(client_ids, np.full(len(client_ids), plan.params.client_rate),
-                                 run_seed)
+                                 randomness.sampling_seed())
   driver = RoundDriver(
       process=process, sampler=sampler,
-      client_input_fn=record_input_fn(federation, plan, accountant, run_seed),
+      client_input_fn=record_input_fn(federation, plan, accountant, randomness),
       output_dir=output_dir, evaluate_fn=evaluate_fn, eval_every=eval_every,
       checkpoint_every=checkpoint_every, progress=progress,
       run_fingerprint=[{k: v for k, v in plan.calibration.items() if k != "seconds"},
                        dataclasses.asdict(plan.params), run_seed, _rates_digest(plan),
-                       fingerprint],
-      padding_input_fn=empty_input_fn(federation), record_accountant=accountant)
+                       fingerprint, insecure_reproducible_noise],
+      padding_input_fn=empty_input_fn(federation), record_accountant=accountant,
+      privacy_randomness=randomness, release_only=release_only)
   state, rows = driver.run(plan.params.rounds)
   return state, rows, accountant

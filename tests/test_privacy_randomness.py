@@ -1,0 +1,75 @@
+"""Privacy randomness: secret by default, debug mode derivable, checkpointable (audit D2)."""
+import subprocess
+import sys
+
+import pytest
+
+from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.privacy_randomness import PrivacyRandomness
+
+
+def _seeds(r):
+  return (r.aggregator_noise_seed(), r.sampling_seed(), r.client_seed("c1", 3))
+
+
+def test_secret_randomness_differs_between_runs():
+  a, b = PrivacyRandomness.secret(), PrivacyRandomness.secret()
+  assert not a.reproducible
+  for x, y in zip(_seeds(a), _seeds(b)):
+    assert x != y
+
+
+def test_debug_mode_is_a_function_of_seed_and_label_and_warns(caplog):
+  with caplog.at_level("WARNING"):
+    a = PrivacyRandomness.for_run(3, "idp_fedavg/50-50", reproducible=True)
+  assert NOT_PRIVATE_LABEL in caplog.text
+  assert a.reproducible
+  assert _seeds(a) == _seeds(PrivacyRandomness.from_seed(3, "idp_fedavg/50-50"))
+  # Another seed or another run (spec/method) never shares noise, even in debug mode.
+  assert _seeds(a)[0] != PrivacyRandomness.from_seed(4, "idp_fedavg/50-50").aggregator_noise_seed()
+  assert _seeds(a)[0] != PrivacyRandomness.from_seed(3, "idp_fedavg/100-0").aggregator_noise_seed()
+
+
+def test_default_for_run_is_secret():
+  a = PrivacyRandomness.for_run(3, "x")
+  b = PrivacyRandomness.for_run(3, "x")
+  assert not a.reproducible and a.aggregator_noise_seed() != b.aggregator_noise_seed()
+
+
+def test_client_seeds_are_per_client_and_per_round_and_in_int64_range():
+  r = PrivacyRandomness.secret()
+  seeds = {r.client_seed(c, t) for c in ("a", "b", "c") for t in range(50)}
+  assert len(seeds) == 150
+  for pair in seeds:
+    assert all(0 <= s < 2**63 for s in pair)
+  assert 0 <= r.aggregator_noise_seed() < 2**63
+
+
+def test_state_round_trip_restores_every_seed():
+  a = PrivacyRandomness.secret()
+  b = PrivacyRandomness.secret()
+  b.set_state(a.get_state())
+  assert _seeds(a) == _seeds(b)
+
+
+def test_state_errors_say_what_to_do():
+  r = PrivacyRandomness.secret()
+  with pytest.raises(ValueError, match="fresh --output_dir"):
+    r.set_state(None)
+  with pytest.raises(ValueError, match="corrupt"):
+    r.set_state({"secret": "ab", "reproducible": False})
+  debug = PrivacyRandomness.from_seed(0, "x").get_state()
+  with pytest.raises(ValueError, match="insecure_reproducible_noise"):
+    r.set_state(debug)
+
+
+def test_repr_hides_the_secret():
+  r = PrivacyRandomness.secret()
+  assert r.get_state()["secret"] not in repr(r)
+  assert str(r.aggregator_noise_seed()) not in repr(r)
+
+
+def test_module_imports_no_tensorflow():
+  code = ("import sys, tff_idp.privacy_randomness; "
+          "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
+  assert subprocess.run([sys.executable, "-c", code]).returncode == 0
