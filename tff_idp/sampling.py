@@ -8,7 +8,7 @@ state can be saved and restored for exact resumption.
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -34,10 +34,14 @@ class PoissonClientSampler:
   Args:
     client_ids: the population.
     rates: per-client sampling probability q_i in [0, 1].
-    seed: RNG seed; the same seed gives the same sequence of cohorts.
+    seed: RNG seed; the same seed gives the same sequence of cohorts. The
+      cohorts are part of the privacy randomness, so the seed must be secret
+      (e.g. ``PrivacyRandomness.sampling_seed()``); None (the default) seeds
+      from OS entropy. The RNG state is checkpointed for exact resume.
   """
 
-  def __init__(self, client_ids: Sequence[str], rates: Sequence[float], seed: int):
+  def __init__(self, client_ids: Sequence[str], rates: Sequence[float],
+               seed: Optional[int] = None):
     self.client_ids = np.asarray(list(client_ids))
     self.rates = np.asarray(rates, dtype=np.float64)
     if self.rates.shape != self.client_ids.shape:
@@ -50,13 +54,14 @@ class PoissonClientSampler:
 
   @classmethod
   def from_groups(cls, client_ids: Sequence[str], groups: Sequence[int],
-                  group_rates: Sequence[float], seed: int) -> "PoissonClientSampler":
+                  group_rates: Sequence[float], seed: Optional[int] = None
+                  ) -> "PoissonClientSampler":
     rates = np.asarray(group_rates, dtype=np.float64)[np.asarray(groups)]
     return cls(client_ids, rates, seed)
 
   @classmethod
   def uniform(cls, client_ids: Sequence[str], clients_per_round: float,
-              seed: int) -> "PoissonClientSampler":
+              seed: Optional[int] = None) -> "PoissonClientSampler":
     validation.check_cohort(clients_per_round, len(client_ids))
     return cls(client_ids, np.full(len(client_ids), clients_per_round / len(client_ids)),
                seed)

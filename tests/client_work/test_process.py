@@ -116,7 +116,11 @@ def test_readme_composition_example():
   x_client = rng.normal(size=(12, 4)).astype(np.float32)
   y_client = rng.integers(0, 3, 12).astype(np.int32)
   q_client = np.full(12, 0.5)
-  data = record_dataset(x_client, y_client, q_client, seed=(3, 1))
+  from tff_idp.privacy_randomness import PrivacyRandomness  # pylint: disable=g-import-not-at-top
+  secret = PrivacyRandomness.secret()   # the clients' secret randomness: never log it
+  client_id, round_num = "c0", 1
+  data = record_dataset(x_client, y_client, q_client,
+                        seed=secret.client_seed(client_id, round_num))
   state = process_.initialize()
   out = process_.next(state, [data])
   assert out.metrics["client_work"]["train"]["participating_clients"] == 1.0
