@@ -26,6 +26,17 @@ def _federation(sizes=(30, 45, 25), seed=0):
   return record_level.RecordFederation(x, y)
 
 
+def _process(local_steps):
+  """rPDP-FedAvg on logistic regression over 5 features, 3 classes (σ = 2, L = 1)."""
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 5], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(5, 3, seed=0), spec)
+  return build_rpdp_fedavg_process(
+      model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=local_steps,
+      noise_multiplier=2.0, clip_norm=1.0)
+
+
 def _budgets(fed, seed=0):
   return preferences.assign_record_budgets(preferences.ThreeLevels(), fed.sizes, seed)
 
@@ -62,13 +73,7 @@ def test_resume_is_exact_and_restores_record_ledger(tmp_path):
   fed = _federation()
   budgets = _budgets(fed)
   plan = record_level.make_record_plan("ours", budgets, PARAMS, 1.0)
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, 5], tf.float32),
-                                 y=tf.TensorSpec([None], tf.int32))
-  model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(5, 3, seed=0), spec)
-  proc = build_rpdp_fedavg_process(
-      model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=2,
-      noise_multiplier=PARAMS.noise_multiplier, clip_norm=1.0)
+  proc = _process(local_steps=2)
 
   def evaluate(weights):
     return {"loss": float(np.sum(weights.trainable[0])), "accuracy": 0.0}
@@ -113,13 +118,7 @@ def test_resume_under_other_budgets_is_refused(tmp_path):
   from tff_idp.training import checkpoint  # pylint: disable=g-import-not-at-top
   fed = _federation()
   params = TwoStageParams(2.0, 1, 2, 1.0, 1e-4)
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, 5], tf.float32),
-                                 y=tf.TensorSpec([None], tf.int32))
-  model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(5, 3, seed=0), spec)
-  proc = build_rpdp_fedavg_process(
-      model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=1,
-      noise_multiplier=2.0, clip_norm=1.0)
+  proc = _process(local_steps=1)
   plan_a = record_level.make_record_plan("ours", _budgets(fed, seed=0), params, 1.0)
   record_level.run_record_level(proc, fed, plan_a, 0, str(tmp_path), None,
                                 checkpoint_every=1, progress=False)
@@ -134,13 +133,7 @@ def test_same_seed_draws_fresh_noise_unless_insecure_mode(tmp_path):
   """Audit D2: client-side noise and sampling must not follow from the run seed."""
   fed = _federation()
   params = TwoStageParams(2.0, 1, 1, 1.0, 1e-4)
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, 5], tf.float32),
-                                 y=tf.TensorSpec([None], tf.int32))
-  model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(5, 3, seed=0), spec)
-  proc = build_rpdp_fedavg_process(
-      model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=1,
-      noise_multiplier=2.0, clip_norm=1.0)
+  proc = _process(local_steps=1)
   plan = record_level.make_record_plan("ours", _budgets(fed), params, 1.0)
 
   def final_weights(name, insecure):
