@@ -8,6 +8,7 @@ import tensorflow_federated as tff
 
 from tff_idp import models
 from tff_idp.client_work import dp_sgd
+from tff_idp.client_work import importance
 from tff_idp.client_work import per_example
 
 
@@ -33,7 +34,8 @@ def _model(builder, x_shape):
 
 
 def _hand_clipped_sum(model, x, y, clip, weights=None):
-  """The definition, one example at a time: Σ_j w_j · g_j · min(1, L/‖g_j‖)."""
+  """The definition, one example at a time: Σ_j w_j · g_j · min(1, L_j/‖g_j‖)."""
+  clips = np.broadcast_to(np.asarray(clip, np.float64), (len(y),))
   total = [np.zeros(v.shape, np.float64) for v in model.trainable_variables]
   for j in range(len(y)):
     with tf.GradientTape() as tape:
@@ -41,7 +43,7 @@ def _hand_clipped_sum(model, x, y, clip, weights=None):
       loss = dp_sgd.sparse_categorical_crossentropy(y[j:j + 1], logits)[0]
     grads = tape.gradient(loss, model.trainable_variables)
     norm = np.sqrt(sum(float(tf.reduce_sum(g * g)) for g in grads))
-    factor = min(1.0, clip / norm) * (1.0 if weights is None else weights[j])
+    factor = min(1.0, clips[j] / norm) * (1.0 if weights is None else weights[j])
     for t, g in zip(total, grads):
       t += factor * g.numpy()
   return total
@@ -83,7 +85,7 @@ def test_example_weights_scale_clipped_gradients():
   w = np.array([0.0, 0.25, 0.5, 1.0, 0.75], np.float32)
   sums, _, _ = dp_sgd.clipped_gradient_sum(
       model, tf.constant(x), tf.constant(y), 0.3, dp_sgd.sparse_categorical_crossentropy,
-      example_weight_fn=lambda losses: tf.constant(w))
+      example_weight_fn=lambda losses, thresholds: tf.constant(w))
   for got, want in zip(sums, _hand_clipped_sum(model, x, y, 0.3, w)):
     np.testing.assert_allclose(got.numpy(), want, rtol=2e-4, atol=1e-6)
 
@@ -94,7 +96,7 @@ def test_example_weights_outside_unit_interval_fail_loudly():
   y = tf.constant([0, 1])
   with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[0, 1\]"):
     dp_sgd.clipped_gradient_sum(model, x, y, 1.0, dp_sgd.sparse_categorical_crossentropy,
-                                example_weight_fn=lambda l: 2.0 * tf.ones_like(l))
+                                example_weight_fn=lambda l, c: 2.0 * tf.ones_like(l))
 
 
 def _weights(model):
@@ -223,3 +225,100 @@ def test_unsupported_layers_fall_back_to_generic_path():
                                            dp_sgd.sparse_categorical_crossentropy)
   for got, want in zip(sums, _hand_clipped_sum(model, x, y, 0.2)):
     np.testing.assert_allclose(got.numpy(), want, rtol=2e-4, atol=1e-6)
+
+
+# --- INO-SGD: per-record thresholds and importance weights after clipping ------
+
+@pytest.mark.parametrize("force_generic", [False, True])
+def test_per_record_thresholds_clip_each_record_to_its_own(force_generic):
+  model = _model(*CASES["cnn"])
+  rng = np.random.default_rng(5)
+  x = rng.normal(size=(6, 8, 8, 2)).astype(np.float32)
+  y = rng.integers(0, 3, 6).astype(np.int32)
+  clips = np.array([0.01, 0.05, 1e6, 0.02, 0.3, 0.01], np.float32)
+  sums, _, _ = dp_sgd.clipped_gradient_sum(
+      model, tf.constant(x), tf.constant(y), tf.constant(clips),
+      dp_sgd.sparse_categorical_crossentropy, force_generic=force_generic)
+  for got, want in zip(sums, _hand_clipped_sum(model, x, y, clips)):
+    np.testing.assert_allclose(got.numpy(), want, rtol=2e-4, atol=1e-6)
+
+
+def test_ino_weights_see_losses_and_thresholds_and_apply_after_clipping():
+  model = _model(*CASES["logreg"])
+  rng = np.random.default_rng(6)
+  x = rng.normal(size=(8, 6)).astype(np.float32)
+  y = rng.integers(0, 3, 8).astype(np.int32)
+  clips = np.array([0.1, 0.1, 0.5, 0.5, 0.1, 0.5, 0.1, 0.5], np.float32)
+  weight_fn = importance.ino_example_weight_fn(gamma=0.6)
+  sums, losses, _ = dp_sgd.clipped_gradient_sum(
+      model, tf.constant(x), tf.constant(y), tf.constant(clips),
+      dp_sgd.sparse_categorical_crossentropy, example_weight_fn=weight_fn)
+  rho = importance.importance_scores(losses, clips, gamma=0.6).numpy()
+  assert np.any(rho < 1) and np.all(rho <= 1)
+  for got, want in zip(sums, _hand_clipped_sum(model, x, y, clips, rho)):
+    np.testing.assert_allclose(got.numpy(), want, rtol=2e-4, atol=1e-6)
+
+
+def test_ino_step_with_zero_tail_is_the_idp_sgd_step_exactly():
+  """γ = 0 gives ρ = 1 for every record: the noisy step must be bit-identical."""
+  model = _model(*CASES["logreg"])
+  rng = np.random.default_rng(7)
+  n = 40
+  x = rng.normal(size=(n, 6)).astype(np.float32)
+  y = rng.integers(0, 3, n).astype(np.int32)
+  q = rng.uniform(0.2, 0.9, n).astype(np.float32)
+  clips = rng.choice([0.2, 1.0], n).astype(np.float32)
+  seed = tf.constant([11, 12], tf.int64)
+  initial = _weights(model)
+  outputs = []
+  for weight_fn in (None, importance.ino_example_weight_fn(gamma=0.0)):
+    update = dp_sgd.build_local_dp_sgd(model, tff.learning.optimizers.build_sgdm(0.3),
+                                       local_steps=3, noise_multiplier=1.1, clip_norm=1.0,
+                                       example_weight_fn=weight_fn)
+    delta, _ = update(initial, x, y, q, seed, tf.constant(clips))
+    outputs.append(np.concatenate([np.ravel(d.numpy()) for d in delta]))
+  np.testing.assert_array_equal(outputs[0], outputs[1])
+  assert np.any(outputs[0] != 0)
+
+
+def test_adding_one_record_moves_the_ino_sum_by_at_most_its_threshold():
+  """INO-SGD Thm 3.3 on real gradients: ‖S(B ∪ {d}) − S(B)‖ ≤ C_{o(d)}.
+
+  60 seeded random batches of 1-10 records with thresholds from {0.05, 0.2, 1},
+  random γ and Beta(α, β); the added record is any one of them.
+  """
+  model = _model(*CASES["logreg"])
+  rng = np.random.default_rng(8)
+  worst = 0.0
+  for _ in range(60):
+    n = int(rng.integers(2, 11))
+    x = (3 * rng.normal(size=(n, 6))).astype(np.float32)
+    y = rng.integers(0, 3, n).astype(np.int32)
+    clips = rng.choice([0.05, 0.2, 1.0], n).astype(np.float32)
+    tif = importance.beta_antiderivative(float(rng.uniform(0.5, 3)),
+                                         float(rng.uniform(0.5, 3)),
+                                         float(rng.uniform(0.05, 2.0)))
+    weight_fn = importance.ino_example_weight_fn(antiderivative=tif)
+
+    def total(rows):
+      sums, _, _ = dp_sgd.clipped_gradient_sum(
+          model, tf.constant(x[rows]), tf.constant(y[rows]), tf.constant(clips[rows]),
+          dp_sgd.sparse_categorical_crossentropy, example_weight_fn=weight_fn)
+      return np.concatenate([np.ravel(s.numpy()) for s in sums]).astype(np.float64)
+
+    d = int(rng.integers(n))
+    rest = [i for i in range(n) if i != d]
+    ratio = np.linalg.norm(total(list(range(n))) - total(rest)) / clips[d]
+    worst = max(worst, ratio)
+    assert ratio <= 1 + 1e-5
+  assert worst > 0.5  # the bound is approached: the test can fail
+
+
+def test_record_threshold_above_clip_norm_is_refused():
+  model = _model(*CASES["logreg"])
+  update = dp_sgd.build_local_dp_sgd(model, tff.learning.optimizers.build_sgdm(0.3),
+                                     local_steps=1, noise_multiplier=1.0, clip_norm=1.0)
+  x, y = np.ones((3, 6), np.float32), np.zeros(3, np.int32)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="under-noised"):
+    update(_weights(model), x, y, np.ones(3, np.float32), tf.constant([1, 2], tf.int64),
+           tf.constant([0.5, 2.0, 1.0]))

@@ -7,10 +7,13 @@ For each of τ local steps, a client
 2. computes the per-example gradients of the sampled records, vectorised
    over the batch (:mod:`tff_idp.client_work.per_example`; no Python loop
    over examples and no micro-batches of one);
-3. clips each to L₂ norm ≤ L and (optionally) multiplies it by a per-example
-   weight w_j ∈ [0, 1] (:func:`clipped_gradient_sum`). Weights in [0, 1] keep
-   the sum's sensitivity at L, so the privacy analysis is unchanged; they are
-   the hook for re-weighting schemes such as INO-SGD;
+3. clips each to L₂ norm ≤ L_j (one L, or each record's own threshold, e.g.
+   its owner's C_{o(j)} in INO-SGD Alg. 1 line 11) and then (optionally)
+   multiplies it by a per-example weight w_j ∈ [0, 1] computed from the
+   batch's losses and thresholds (:func:`clipped_gradient_sum`). Weights in
+   [0, 1] applied after clipping keep record j's sensitivity at L_j, so the
+   privacy analysis is unchanged; this is the hook for INO-SGD's importance
+   scores (:mod:`tff_idp.client_work.importance`, INO-SGD Thm 3.3);
 4. sums, adds N(0, σ²L²) to every coordinate, and divides by the **expected**
    batch size Σ_j q_j. The realised batch size |S| would depend on whether a
    given record was sampled, so dividing by it changes the sum's sensitivity
@@ -57,10 +60,13 @@ def keras_model_of(model: tff.learning.models.VariableModel) -> Optional[tf.kera
 
 
 def clipped_gradient_sum(model: tff.learning.models.VariableModel, x: tf.Tensor,
-                         y: tf.Tensor, clip_norm: float, loss_fn: LossFn,
+                         y: tf.Tensor, clip_norm: per_example.ClipNorm, loss_fn: LossFn,
                          example_weight_fn: Optional[ExampleWeightFn] = None,
                          force_generic: bool = False):
-  """Σ_j w_j · clip_L(∇ℓ(x_j, y_j)) over a batch, vectorised over examples.
+  """Σ_j w_j · clip_{L_j}(∇ℓ(x_j, y_j)) over a batch, vectorised over examples.
+
+  ``clip_norm`` is one L or a [B] tensor of per-example thresholds L_j;
+  ``example_weight_fn(losses, thresholds)`` gives w_j ∈ [0, 1].
 
   Uses the layer-wise fast path of :mod:`tff_idp.client_work.per_example`
   when the model is a supported Keras ``Sequential``, else ``vectorized_map``.
@@ -81,6 +87,25 @@ def clipped_gradient_sum(model: tff.learning.models.VariableModel, x: tf.Tensor,
   return [sums[v.ref()] for v in variables], losses, norms
 
 
+def _record_thresholds(q: tf.Tensor, clip_norms: Optional[tf.Tensor],
+                       clip_norm: float) -> tf.Tensor:
+  """Each record's clip threshold: ``clip_norms`` (checked) or ``clip_norm`` for all."""
+  if clip_norms is None:
+    return tf.fill(tf.shape(q), tf.constant(float(clip_norm), tf.float32))
+  thresholds = tf.cast(clip_norms, tf.float32)
+  checks = [
+      tf.debugging.assert_equal(tf.shape(thresholds), tf.shape(q),
+                                message="give one clip threshold per record"),
+      tf.debugging.assert_greater(thresholds, 0.0, message="clip thresholds must be > 0"),
+      tf.debugging.assert_less_equal(
+          thresholds, tf.constant(float(clip_norm), tf.float32),
+          message="a record's clip threshold must not exceed clip_norm: the noise is "
+                  "σ·clip_norm, so a larger threshold would be under-noised"),
+  ]
+  with tf.control_dependencies(checks):
+    return tf.identity(thresholds)
+
+
 def build_local_dp_sgd(model: tff.learning.models.VariableModel,
                        optimizer: tff.learning.optimizers.Optimizer,
                        local_steps: int, noise_multiplier: float, clip_norm: float,
@@ -88,10 +113,15 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
                        example_weight_fn: Optional[ExampleWeightFn] = None):
   """Returns a ``tf.function`` running τ steps of record-level Poisson DP-SGD.
 
-  The returned function takes ``(initial_weights, x, y, q, seed)``: the model
-  weights (``tff.learning.models.ModelWeights``), all of the client's records
-  (features ``x``, labels ``y``), their current rates ``q`` (0 = excluded)
-  and an int64[2] seed; it returns ``(delta, stats)`` where ``delta`` is
+  The returned function takes ``(initial_weights, x, y, q, seed,
+  clip_norms=None)``: the model weights
+  (``tff.learning.models.ModelWeights``), all of the client's records
+  (features ``x``, labels ``y``), their current rates ``q`` (0 = excluded),
+  an int64[2] seed, and optionally each record's own clip threshold C_j
+  (float32 [N], each in (0, ``clip_norm``]; default: ``clip_norm`` for every
+  record). The noise std is always σ·``clip_norm``, the base threshold: a
+  record clipped to C_j ≤ L then has effective multiplier σ·L/C_j, which is
+  how SCALE-style owners are accounted. It returns ``(delta, stats)`` where ``delta`` is
   ``initial − final`` trainable weights (TFF's model-delta convention) and
   ``stats`` holds sums for metrics: loss over sampled examples, sampled
   examples, clipped examples, Σ_j q_j and steps taken.
@@ -107,11 +137,12 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   noise_std = float(noise_multiplier) * float(clip_norm) if noise_multiplier > 0 else 0.0
 
   @tf.function
-  def local_update(initial_weights, x, y, q, seed):
+  def local_update(initial_weights, x, y, q, seed, clip_norms=None):
     model_weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, initial_weights)
     trainable = tuple(model_weights.trainable)
     q = tf.cast(q, tf.float32)
+    thresholds = _record_thresholds(q, clip_norms, clip_norm)
     expected_batch = tf.reduce_sum(q)
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
     opt_state = optimizer.initialize(specs)
@@ -126,12 +157,13 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
             q, tf.random.experimental.stateless_fold_in(step_seed, _SAMPLING_STREAM))
         xb = tf.boolean_mask(x, mask)
         yb = tf.boolean_mask(y, mask)
+        cb = tf.boolean_mask(thresholds, mask)
         n = tf.shape(yb)[0]
         if n > 0:
           grad_sums, losses, norms = clipped_gradient_sum(
-              model, xb, yb, clip_norm, loss_fn, example_weight_fn)
+              model, xb, yb, cb, loss_fn, example_weight_fn)
           loss_sum += tf.reduce_sum(losses)
-          clipped += tf.reduce_sum(tf.cast(norms > clip_norm, tf.float32))
+          clipped += tf.reduce_sum(tf.cast(norms > cb, tf.float32))
         else:
           grad_sums = [tf.zeros_like(v) for v in trainable]
         sampled += tf.cast(n, tf.float32)

@@ -412,3 +412,25 @@ def importance_scores(
   with tf.control_dependencies(checks):
     rho = tf.clip_by_value(rho, 0.0, 1.0)
   return tf.cast(_unsort(perm, rho), tf.float32)
+
+
+def ino_example_weight_fn(
+    gamma: Optional[float] = None,
+    antiderivative: Optional[Union[TailImportance, Antiderivative]] = None,
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """INO-SGD as the DP-SGD step's per-example weight hook (Alg. 1 lines 5-13).
+
+  Returns ``(losses, thresholds) -> ρ`` for ``example_weight_fn`` of
+  :func:`tff_idp.client_work.dp_sgd.build_local_dp_sgd` (and the record-level
+  client work). The step applies ρ *after* clipping each sampled record to
+  its own threshold, then adds the unchanged noise and divides by the
+  expected batch size: sampling, noise and accounting stay IDP-SGD's
+  (Thm 3.3). The step passes only the sampled records, so no mask is needed.
+  γ = 0 is IDP-SGD exactly.
+  """
+  tif = resolve_tail_importance(gamma, antiderivative)
+
+  def weight_fn(losses: tf.Tensor, thresholds: tf.Tensor) -> tf.Tensor:
+    return importance_scores(losses, thresholds, antiderivative=tif)
+
+  return weight_fn

@@ -1,6 +1,11 @@
 """Per-example clipped gradient sums, vectorised over the batch.
 
-Two implementations of Σ_j w_j · clip_L(∇ℓ_j) with the same result:
+Two implementations of Σ_j w_j · clip_{L_j}(∇ℓ_j) with the same result. The
+clip threshold L_j is one number for the batch, or one per example (INO-SGD
+and SCALE-style owners: record j is clipped to its owner's C_{o(j)}). The
+weights w_j ∈ [0, 1] are applied *after* clipping, so record j's contribution
+stays within L_j and the sum's add/remove sensitivity is unchanged
+(tf-privacy's ``weight_batch`` weights before clipping, which clipping undoes):
 
 * :func:`layerwise_clipped_sum` (fast path): for Keras ``Sequential`` models
   whose trainable layers are ``Dense`` (on flat inputs) and ``Conv2D``, and
@@ -18,20 +23,25 @@ Neither loops over examples in Python nor uses micro-batches of one.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import tensorflow as tf
 
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
-ExampleWeightFn = Callable[[tf.Tensor], tf.Tensor]
+ExampleWeightFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+"""``(per-example losses [B], per-example clip thresholds [B]) -> weights [B] in [0, 1]``."""
+ClipNorm = Union[float, tf.Tensor]
+"""One clip threshold for the batch, or a [B] tensor of per-example thresholds."""
 
 
-def _clip_factors(sq_norms: tf.Tensor, losses: tf.Tensor, clip_norm: float,
+def _clip_factors(sq_norms: tf.Tensor, losses: tf.Tensor, clip_norm: ClipNorm,
                   example_weight_fn: Optional[ExampleWeightFn]) -> tf.Tensor:
   norms = tf.sqrt(sq_norms)
-  factors = tf.minimum(1.0, clip_norm / tf.maximum(norms, 1e-12))
+  clip_norms = tf.broadcast_to(tf.cast(clip_norm, norms.dtype), tf.shape(norms))
+  factors = tf.minimum(1.0, clip_norms / tf.maximum(norms, 1e-12))
   if example_weight_fn is not None:
-    weights = tf.cast(example_weight_fn(losses), factors.dtype)
+    weights = tf.cast(example_weight_fn(tf.stop_gradient(losses), clip_norms),
+                      factors.dtype)
     with tf.control_dependencies([
         tf.debugging.assert_greater_equal(
             weights, 0.0, message="example weights must lie in [0, 1]"),
@@ -64,7 +74,7 @@ def supports_layerwise(keras_model: Optional[tf.keras.Model]) -> bool:
 
 
 def layerwise_clipped_sum(keras_model: tf.keras.Sequential, x: tf.Tensor, y: tf.Tensor,
-                          clip_norm: float, loss_fn: LossFn,
+                          clip_norm: ClipNorm, loss_fn: LossFn,
                           example_weight_fn: Optional[ExampleWeightFn] = None):
   """Fast path; see module doc. Returns ``({var.ref(): summed grad}, losses, norms)``."""
   recorded = []  # (layer, input, pre-activation)
@@ -133,7 +143,7 @@ def layerwise_clipped_sum(keras_model: tf.keras.Sequential, x: tf.Tensor, y: tf.
 
 def vectorized_clipped_sum(predict_fn: Callable[[tf.Tensor], tf.Tensor],
                            variables: list, x: tf.Tensor, y: tf.Tensor,
-                           clip_norm: float, loss_fn: LossFn,
+                           clip_norm: ClipNorm, loss_fn: LossFn,
                            example_weight_fn: Optional[ExampleWeightFn] = None):
   """Generic path: per-example gradients with ``tf.vectorized_map``.
 

@@ -91,9 +91,10 @@ def build_record_dp_client_work(
     noise_multiplier: σ (0 with ``clip_norm=inf`` is non-private local SGD).
     clip_norm: L.
     loss_fn: per-example loss ``(labels, predictions) -> [B]``.
-    example_weight_fn: optional per-example weights in [0, 1] on the clipped
-      gradients, from the per-example losses (a hook for INO-SGD-style
-      re-weighting; weights outside [0, 1] fail loudly).
+    example_weight_fn: optional ``(losses, thresholds) -> weights in [0, 1]``
+      applied to the clipped gradients of the sampled records, e.g.
+      ``importance.ino_example_weight_fn(gamma)`` for INO-SGD (weights
+      outside [0, 1] fail loudly).
 
   The update weight is 1 for a client that took steps and 0 for one that had
   no records or only excluded ones, so padding clients never move the mean.
