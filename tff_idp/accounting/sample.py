@@ -8,7 +8,10 @@ mechanism (Boenisch et al. 2023, Thm. 3.1, lifted from records to clients).
 
 Searches run on a fast, conservative ε (vectorised integer-order RDP, or a
 coarse pessimistic PLD); every returned value is then re-verified with a fresh
-dp-accounting accountant and tightened until it is within budget.
+dp-accounting accountant and tightened until it is within budget. Where that
+accountant shows the conservative search left real slack, a returned sampling
+rate is also raised towards the largest rate it still certifies, since Alg. 1's
+getSampleRate asks for the largest q within budget (see ``_tighten_rate``).
 """
 from __future__ import annotations
 
@@ -49,6 +52,14 @@ _REFINE_STEPS = 8
 _SKIP_RTOL = 2e-3
 # Relative tolerance on σ in the cohort-size root search.
 _SIGMA_XTOL = {"rdp_int": 1e-6, "rdp": 1e-4, "pld": 2e-4}
+# Final verification raises q (or lowers σ) only when the exact ε leaves more
+# than this share of the budget unused (or is 0). The PLD search runs on a
+# pessimistic grid that by design leaves ~0.1-0.3% of ε (hence of q) unused;
+# recovering that would cost several ~1 s exact PLD evaluations per group, so
+# PLD raises only on slack beyond what that grid explains.
+_RAISE_SLACK_RTOL = {"rdp": 1e-3, "pld": 1e-2}
+# At most this many exact evaluations are spent raising one rate (or 1/σ).
+_RAISE_MAX_EVALS = 25
 
 
 def _search_epsilon_fn(search: str) -> EpsilonFn:
@@ -68,36 +79,130 @@ def _search_epsilon_fn(search: str) -> EpsilonFn:
       q, s, r, d, "pld", pld_discretization=_SEARCH_PLD_DISCRETIZATION)
 
 
-def _tighten_rate(q: float, target: float, sigma: float, rounds: int,
-                  delta: float, accountant: str) -> tuple[float, float]:
-  """Lowers q until the exact accountant confirms ε(q) <= target.
+def _has_slack(eps: float, target: float, accountant: str) -> bool:
+  """Whether the exact ε leaves enough of the budget unused to search for it."""
+  return eps == 0.0 or eps < target * (1.0 - _RAISE_SLACK_RTOL[accountant])
 
-  Returns (q, exact ε at q).
+
+def _tighten_rate(q: float, target: float, sigma: float, rounds: int,
+                  delta: float, accountant: str, max_rate: float = 1.0
+                  ) -> tuple[float, float]:
+  """Moves a searched q to the largest rate the exact accountant certifies.
+
+  IDP-FedAvg Alg. 1's getSampleRate returns the largest q <= ``max_rate`` with
+  ε(q) <= ε_p. The search that proposes ``q`` uses a conservative stand-in for
+  the exact ε, so first q is lowered until the exact accountant confirms
+  ε(q) <= ``target``. The stand-in can also be far too conservative:
+  dp-accounting's RDP uses orders down to 1.1, and reports ε = 0 outright when
+  the composed RDP at some order is below ~δ² (its KL-divergence bound), while
+  the search ε (orders >= ~1.4) does not see that regime and can stop ~30%
+  below the largest feasible rate. So when the exact ε at the verified q leaves
+  more than ``_RAISE_SLACK_RTOL[accountant]`` of the budget unused (or is 0), q
+  is raised with ``_raise_while_feasible`` on the exact accountant, at most to
+  ``max_rate``.
+
+  Returns:
+    (q, exact ε at q), with exact ε <= ``target``.
   """
   shrink = 1e-4
   for _ in range(60):
     eps = exact.epsilon(q, sigma, rounds, delta, accountant)
     if eps <= target:
-      return q, eps
+      break
     q *= 1.0 - shrink
     shrink = min(0.5, shrink * 2.0)
-  raise RuntimeError(
-      f"could not verify a sampling rate within ε={target} (σ={sigma}); "
-      "refusing to return an unverified rate.")
+  else:
+    raise RuntimeError(
+        f"could not verify a sampling rate within ε={target} (σ={sigma}); "
+        "refusing to return an unverified rate.")
+  if q >= max_rate or not _has_slack(eps, target, accountant):
+    return q, eps
+  return _raise_while_feasible(
+      lambda x: exact.epsilon(x, sigma, rounds, delta, accountant), q, eps,
+      target, max_rate, _SEARCH_RTOL[accountant])
+
+
+def _raise_while_feasible(eps_at: Callable[[float], float], x: float,
+                          eps_x: float, target: float, x_max: float,
+                          rtol: float) -> tuple[float, float]:
+  """Largest verified point in [x, x_max] with eps_at <= target (eps_at increasing).
+
+  ``eps_at`` is the exact accountant's ε; ``x`` must be verified with
+  ``eps_at(x) = eps_x <= target``. A bracketed search: geometric expansion
+  upwards (first step target/ε, since ε grows about linearly or faster; 2x
+  from ε = 0), then ``largest_feasible`` (Illinois/bisection in log space) on
+  the predicate eps_at <= target, which also copes with a cliff where the
+  exact ε jumps from 0 to above target. At most ``_RAISE_MAX_EVALS``
+  evaluations. Only points whose ε was evaluated and found within budget are
+  returned (not ``largest_feasible``'s exp(log(x)), which may differ in the
+  last bit); a point where dp-accounting fails (ValueError, e.g. at tiny rates)
+  counts as over budget.
+
+  Returns:
+    (x', eps_at(x')) with x <= x' <= x_max and eps_at(x') <= target.
+  """
+  cache = {x: eps_x}
+  best = [x, eps_x]
+
+  def g(y: float) -> float:
+    y = min(y, x_max)
+    if y not in cache:
+      try:
+        cache[y] = eps_at(y)
+      except ValueError:
+        cache[y] = math.inf
+      if cache[y] <= target and y > best[0]:
+        best[:] = [y, cache[y]]
+    return cache[y]
+
+  lo = x
+  factor = min(2.0, target / eps_x) if eps_x > 0.0 else 2.0
+  factor = max(factor, 1.0 + 10.0 * rtol)
+  while True:
+    hi = min(x_max, lo * factor)
+    if g(hi) > target:
+      break
+    lo = hi
+    if lo >= x_max or len(cache) > _RAISE_MAX_EVALS:
+      return best[0], best[1]
+    factor = factor * factor
+  budget = _RAISE_MAX_EVALS + 1 - len(cache)
+  if budget > 0:
+    largest_feasible(g, lo, hi, target, x_rtol=rtol, f_rtol=rtol, max_evals=budget)
+  return best[0], best[1]
 
 
 def _tighten_noise(sigma: float, target: float, q: float, rounds: int,
                    delta: float, accountant: str) -> float:
-  """Raises σ until the exact accountant confirms ε(σ) <= target."""
+  """Moves a searched σ to the smallest one the exact accountant certifies.
+
+  Alg. 1's getNoise returns the smallest σ with ε(σ) <= target. σ is raised
+  until the exact accountant confirms ε(σ) <= target; then, as in
+  ``_tighten_rate`` (same conservative search ε, e.g. optimal order 1.3 or the
+  ε = 0 regime), if that leaves real slack, σ is lowered (1/σ raised with
+  ``_raise_while_feasible``) while the exact check holds, down to
+  ``MIN_NOISE_MULTIPLIER``.
+  """
   grow = 1e-4
   for _ in range(60):
-    if exact.epsilon(q, sigma, rounds, delta, accountant) <= target:
-      return sigma
+    eps = exact.epsilon(q, sigma, rounds, delta, accountant)
+    if eps <= target:
+      break
     sigma *= 1.0 + grow
     grow = min(1.0, grow * 2.0)
-  raise RuntimeError(
-      f"could not verify a noise multiplier within ε={target} (q={q}); "
-      "refusing to return an unverified noise multiplier.")
+  else:
+    raise RuntimeError(
+        f"could not verify a noise multiplier within ε={target} (q={q}); "
+        "refusing to return an unverified noise multiplier.")
+  if sigma <= MIN_NOISE_MULTIPLIER or not _has_slack(eps, target, accountant):
+    return sigma
+  # In t = 1/σ, ε is increasing; σ = 1/t is computed the same way here and
+  # inside eps_at, so the returned σ is exactly the one verified.
+  t, _ = _raise_while_feasible(
+      lambda t: exact.epsilon(q, 1.0 / t, rounds, delta, accountant),
+      1.0 / sigma, eps, target, 1.0 / MIN_NOISE_MULTIPLIER,
+      _SEARCH_RTOL[accountant])
+  return sigma if t == 1.0 / sigma else 1.0 / t
 
 
 def _search_sample_rate(epsilon: float, delta: float, sigma: float, rounds: int,
@@ -155,7 +260,7 @@ def get_sample_rate(epsilon: float, delta: float, sigma: float, rounds: int,
                           rtol=_SEARCH_RTOL[accountant])
   if math.isinf(epsilon):
     return q
-  return _tighten_rate(q, epsilon, sigma, rounds, delta, accountant)[0]
+  return _tighten_rate(q, epsilon, sigma, rounds, delta, accountant, max_rate)[0]
 
 
 def _search_noise(epsilon: float, delta: float, q: float, rounds: int,
@@ -409,14 +514,58 @@ def get_group_sampling_rates(
       x0, f0, x1 = x1, f1, x1 + max(-0.3, min(0.3, step))
     return math.exp(x1), rates_at
 
+  def verified_rates_at(sigma: float, rates: Optional[np.ndarray] = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Rates at σ moved to the exact accountant's budget edge, and their ε.
+
+    ``rates``: the search rates at σ, if already computed (copied, not changed).
+    """
+    rates = rates_at(sigma) if rates is None else rates.copy()
+    achieved = np.where(sizes > 0, math.inf, 0.0)
+    for p in np.flatnonzero(np.isfinite(eps)):
+      rates[p], achieved[p] = _tighten_rate(rates[p], eps[p], sigma, rounds,
+                                            delta, accountant, max_rate)
+    return rates, achieved
+
+  def rematch(sigma: float, rates: np.ndarray, achieved: np.ndarray
+              ) -> tuple[float, np.ndarray, np.ndarray]:
+    """Secant steps on log σ for Σ_p |G_p| q_p(σ) = c with the verified rates.
+
+    Raising rates to the exact accountant's budget edge (``_tighten_rate``) can
+    push the expected cohort above c, e.g. by ~0.5% for a single group; Alg. 1
+    then wants a smaller σ. Every trial is fully verified, and the one whose
+    cohort is closest to c is returned, so this never does worse than its start.
+    """
+    target = math.log(c)
+    log_total = lambda r: math.log(max(1e-300, float(np.dot(sizes, r))))
+    x0, f0 = math.log(sigma), log_total(rates)
+    best = (abs(f0 - target), sigma, rates, achieved)
+    x1 = x0 + max(-0.02, min(0.02, (target - f0) / 2.0))
+    for _ in range(_REFINE_STEPS):
+      try:
+        r1, a1 = verified_rates_at(math.exp(x1))
+      except InfeasibleBudgetError:
+        break
+      f1 = log_total(r1)
+      if abs(f1 - target) < best[0]:
+        best = (abs(f1 - target), math.exp(x1), r1, a1)
+      if abs(f1 - target) <= _COHORT_RTOL or f1 == f0:
+        break
+      step = (target - f1) * (x1 - x0) / (f1 - f0)
+      x0, f0, x1 = x1, f1, x1 + max(-0.3, min(0.3, step))
+    return best[1], best[2], best[3]
+
   # Stage 1: a bracketed solve with the cheap integer-order RDP. Stage 2: a few
   # secant steps with the accountant's own (tighter, costlier) search ε from
-  # there, with the stage-1 rates as hints.
+  # there, with the stage-1 rates as hints. Stage 3 (rare): if the exact
+  # accountant let some rates rise enough to overshoot the cohort, a few
+  # secant steps on the verified rates bring it back to c.
   sigma, rates_at = solve("rdp_int", None, 0.5)
   sigma, rates_at = refine(accountant, sigma, rates_at)
-  rates = rates_at(sigma)
-  achieved = np.where(sizes > 0, math.inf, 0.0)
-  for p in np.flatnonzero(np.isfinite(eps)):
-    rates[p], achieved[p] = _tighten_rate(rates[p], eps[p], sigma, rounds, delta,
-                                          accountant)
+  searched = rates_at(sigma)
+  searched_total = float(np.dot(sizes, searched))
+  rates, achieved = verified_rates_at(sigma, searched)
+  total = float(np.dot(sizes, rates))
+  if total > searched_total and total > c * (1.0 + _COHORT_RTOL):
+    sigma, rates, achieved = rematch(sigma, rates, achieved)
   return result(sigma, rates, achieved)
