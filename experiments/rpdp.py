@@ -169,11 +169,12 @@ def format_table(results: list[dict], num_seeds: int) -> str:
     c = r["calibration"]
     r2 = f"{c['r_squared']:.4f}" if "r_squared" in c else "—"
     lowered = c.get("lowered_by_exact_check", "—")
-    spent = "—" if r["mean_budget"] is None else \
+    spent = "—" if r["mean_epsilon_spent"] is None else \
         f"{r['mean_epsilon_spent']:.3f} / {r['mean_budget']:.3f}"
+    excluded = "—" if r["excluded_at_end"] is None else r["excluded_at_end"]
     lines.append(
         f"| {r['method']} | {100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} | "
-        f"{r['mean_expected_batch']:.1f} | {r['records_q0']} | {r['excluded_at_end']} | "
+        f"{r['mean_expected_batch']:.1f} | {r['records_q0']} | {excluded} | "
         f"{spent} | {r2} | {lowered} |")
   return "\n".join(lines)
 
@@ -245,15 +246,22 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
     all_q = np.concatenate(list(plan.rates.values()))
     expected = np.mean([plan.rates[c].sum() for c in plan.rates])
     spent = accountant.spent() if accountant is not None else None
+    # Under Type I the record ledger follows the secret client sampling: it is
+    # a diagnostic, left out of a release-only summary.
+    ledger_is_diagnostic = accountant is not None and accountant.metrics_depend_on_sampling
+    withheld = release_only and ledger_is_diagnostic
     effective = (np.concatenate(list(plan.budgets.values())) if plan.budgets is not None
                  else None)
     results.append({
         "method": method, "final_accuracies": finals,
         "mean_accuracy": float(np.mean(finals)), "std_accuracy": float(np.std(finals)),
         "mean_expected_batch": float(expected), "records_q0": int(np.sum(all_q == 0)),
-        "excluded_at_end": accountant.metrics()["records_excluded"] if accountant else 0,
-        "mean_epsilon_spent": float(spent.mean()) if spent is not None else None,
-        "max_budget_used": float(np.max(spent / effective)) if spent is not None else None,
+        "excluded_at_end": (None if withheld else
+                            accountant.metrics()["records_excluded"] if accountant else 0),
+        "mean_epsilon_spent": (float(spent.mean()) if spent is not None and not withheld
+                               else None),
+        "max_budget_used": (float(np.max(spent / effective))
+                            if spent is not None and not withheld else None),
         "mean_budget": float(np.mean(flat_budgets)) if spent is not None else None,
         "calibration": plan.calibration, "history": history,
         "budget_sample": flat_budgets[:5000].tolist()})
