@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import sys
+from typing import Callable, Optional
 
 from absl import app
 from absl import flags
@@ -39,6 +40,7 @@ from tff_idp import preferences
 from tff_idp import runtime
 from tff_idp.accounting.rdp_two_stage import THREAT_MODELS
 from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.client_work import importance
 from tff_idp.client_work.process import build_rpdp_fedavg_process
 from tff_idp.training import record_level
 from tff_idp.training.metrics import read_metrics
@@ -55,6 +57,16 @@ _ESTIMATOR = flags.DEFINE_enum(
     "estimator", "scf", ["scf", "exact", "binary_search"],
     "How 'ours' turns ε_ij into q_ij: SCF (Alg. 2, re-checked and lowered where over "
     "budget), the exact inverse, or BinarySearch.")
+_LOCAL_ALGORITHM = flags.DEFINE_enum(
+    "local_algorithm", "dp_sgd", ["dp_sgd", "ino_sgd"],
+    "Clients' local step: record-level DP-SGD, or INO-SGD (the same sampling, noise and "
+    "accounting, with loss-ordered importance weights on the clipped gradients).")
+_INO_GAMMA = flags.DEFINE_float(
+    "ino_gamma", 10.0, "ino_sgd: tail length γ, in units of the clip norm (the paper "
+    "publishes none; its guidance is γ <= half the expected Σ q·C per step, about 24 for "
+    "the embedded silos).")
+_INO_ALPHA = flags.DEFINE_float("ino_alpha", 1.0, "ino_sgd: Beta(α, β) tail function, α.")
+_INO_BETA = flags.DEFINE_float("ino_beta", 1.0, "ino_sgd: Beta(α, β) tail function, β.")
 _ROUNDS = flags.DEFINE_integer("rounds", 30, "T: communication rounds.")
 _LOCAL_STEPS = flags.DEFINE_integer("local_steps", 10, "τ: local DP-SGD steps per round.")
 _CLIENT_RATE = flags.DEFINE_float("client_rate", 0.5, "λ: client sampling rate.")
@@ -207,8 +219,15 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         output_dir: str, clip_norm: float, learning_rate: float, privacy_free_batch: float,
         eval_every: int, checkpoint_every: int, progress: bool,
         estimator: str = "scf", insecure_reproducible_noise: bool = False,
-        release_only: bool = False) -> list[dict]:
-  """Every method × seed; returns one summary row per method."""
+        release_only: bool = False,
+        local_weight_fn: Optional[Callable] = None,
+        local_algorithm: str = "dp_sgd") -> list[dict]:
+  """Every method × seed; returns one summary row per method.
+
+  ``local_weight_fn`` (e.g. INO-SGD's ``importance.ino_example_weight_fn``)
+  weights the clipped gradients of the private methods' local steps; it does
+  not apply to PrivacyFree, which does not clip.
+  """
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
       y=tf.TensorSpec([None], tf.int32))
@@ -228,14 +247,15 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
           model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate),
           server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
           local_steps=params.local_steps, noise_multiplier=plan.noise_multiplier,
-          clip_norm=plan.clip_norm)
+          clip_norm=plan.clip_norm,
+          example_weight_fn=local_weight_fn if math.isfinite(plan.clip_norm) else None)
     finals, history, accountant = [], [], None
     for seed in seeds:
       run_dir = os.path.join(output_dir, method, f"seed{seed}")
       _, _, accountant = record_level.run_record_level(
           processes[key], federation.records, plan, seed, run_dir, evaluate,
           eval_every, checkpoint_every, progress,
-          fingerprint=[federation.name, learning_rate, estimator],
+          fingerprint=[federation.name, learning_rate, estimator, local_algorithm],
           insecure_reproducible_noise=insecure_reproducible_noise,
           release_only=release_only)
       rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
@@ -285,6 +305,15 @@ def main(argv):
     if not _CLIP.value > 0 or math.isinf(_CLIP.value):
       raise ValueError(f"--clip_norm={_CLIP.value} must be a finite number > 0.")
     distribution = make_distribution()
+    local_weight_fn, local_algorithm = None, _LOCAL_ALGORITHM.value
+    if local_algorithm == "ino_sgd":
+      try:
+        tif = importance.beta_antiderivative(_INO_ALPHA.value, _INO_BETA.value,
+                                             _INO_GAMMA.value)
+      except ValueError as e:
+        raise ValueError(f"--ino_gamma/--ino_alpha/--ino_beta: {e}") from None
+      local_weight_fn = importance.ino_example_weight_fn(antiderivative=tif)
+      local_algorithm = f"ino_sgd(γ={_INO_GAMMA.value:g}, {tif.name})"
     if _DATASET.value == "synthetic":
       federation = synthetic_federation(_NUM_CLIENTS.value, _USERS_PER_SILO.value,
                                         _IID.value, _DATA_SEED.value)
@@ -300,12 +329,13 @@ def main(argv):
   print(f"federation: {federation.name}: {n} records, {len(federation.test_y)} test; "
         f"{_DISTRIBUTION.value}; T={params.rounds}, τ={params.local_steps}, "
         f"λ={params.client_rate:g}, σ={params.noise_multiplier:g}, L={_CLIP.value:g}, "
-        f"δ={params.delta:g}, {params.threat_model}")
+        f"δ={params.delta:g}, {params.threat_model}, local: {local_algorithm}")
   with runtime.execution_context(device=_DEVICE.value):
     results = run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
                   _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
                   _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
-                  privacy_flags.insecure(), privacy_flags.release_only())
+                  privacy_flags.insecure(), privacy_flags.release_only(),
+                  local_weight_fn, local_algorithm)
   table = format_table(results, len(seeds))
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   with open(os.path.join(_OUTPUT_DIR.value, "summary.md"), "w") as f:

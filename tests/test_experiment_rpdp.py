@@ -58,6 +58,8 @@ BAD_FLAGS = [
     (["--clip_norm=-1"], "clip_norm"),
     (["--local_steps=0"], "local_steps"),
     (["--seeds="], "seeds"),
+    (["--local_algorithm=ino_sgd", "--ino_gamma=-1"], "--ino_gamma"),
+    (["--local_algorithm=ino_sgd", "--ino_alpha=0"], "alpha"),
 ]
 
 @pytest.fixture(scope="module")

@@ -124,3 +124,29 @@ def test_readme_composition_example():
   state = process_.initialize()
   out = process_.next(state, [data])
   assert out.metrics["client_work"]["train"]["participating_clients"] == 1.0
+
+
+def test_ino_client_work_round_equals_the_plain_step_on_the_same_records():
+  """INO-SGD inside the ClientWorkProcess: one round = the plain tf.function step."""
+  from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top
+  from tff_idp.client_work import importance  # pylint: disable=g-import-not-at-top
+  weight_fn = importance.ino_example_weight_fn(gamma=3.0)
+  work = process.build_record_dp_client_work(
+      MODEL_FN, tff.learning.optimizers.build_sgdm(0.1), local_steps=3,
+      noise_multiplier=1.0, clip_norm=1.0, example_weight_fn=weight_fn)
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.full((4, 3), 0.1, np.float32), np.zeros(3, np.float32)], non_trainable=[])
+  out = work.next(work.initialize(), [weights], [_client(4)])
+  rng = np.random.default_rng(4)
+  x = rng.normal(size=(20, 4)).astype(np.float32)
+  y = rng.integers(0, 3, 20).astype(np.int32)
+  plain = {}
+  for name, fn in (("ino", weight_fn), ("dp_sgd", None)):
+    update = dp_sgd.build_local_dp_sgd(MODEL_FN(), tff.learning.optimizers.build_sgdm(0.1),
+                                       3, 1.0, 1.0, example_weight_fn=fn)
+    plain[name], _ = update(weights, x, y, np.full(20, 0.5, np.float32),
+                            tf.constant([4, 1], tf.int64))
+  for got, want in zip(out.result[0].update, plain["ino"]):
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-7)
+  # The importance weights really change the step (γ = 3 covers several records).
+  assert not np.allclose(plain["ino"][0].numpy(), plain["dp_sgd"][0].numpy())
