@@ -101,3 +101,56 @@ def build_idp_fedavg_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
       tf.keras.layers.Dense(num_classes, kernel_initializer=init(seed + 4)),
   ]
   return tf.keras.Sequential(layers)
+
+
+def build_pc_mnist_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
+                       seed: int = 0) -> tf.keras.Model:
+  """PC-MNIST of INO-SGD (D.1.2; ``inosgd/models/mnist.py``), 26,010 parameters.
+
+  Conv(16, 8×8, stride 2, pad 2) → MaxPool(2, stride 1) → Conv(32, 4×4,
+  stride 2) → MaxPool(2, stride 1) → Dense 32 → Dense ``num_classes``, tanh
+  throughout. It differs from :func:`build_rpdp_mnist_cnn` only in the first
+  padding (2, not 3); both flatten to 512 features on 28×28 inputs.
+  """
+  init = tf.keras.initializers.GlorotUniform
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=input_shape),
+      tf.keras.layers.ZeroPadding2D(2),
+      tf.keras.layers.Conv2D(16, 8, strides=2, activation="tanh",
+                             kernel_initializer=init(seed)),
+      tf.keras.layers.MaxPool2D(2, strides=1),
+      tf.keras.layers.Conv2D(32, 4, strides=2, activation="tanh",
+                             kernel_initializer=init(seed + 1)),
+      tf.keras.layers.MaxPool2D(2, strides=1),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(32, activation="tanh", kernel_initializer=init(seed + 2)),
+      tf.keras.layers.Dense(num_classes, kernel_initializer=init(seed + 3)),
+  ])
+
+
+def build_pc_cifar_cnn(input_shape=(32, 32, 3), num_classes: int = 10, rescale: float = 1.0,
+                       seed: int = 0) -> tf.keras.Model:
+  """PC-CIFAR of INO-SGD (D.1.2; ``inosgd/models/cifar.py``), 550,570 parameters.
+
+  Rescaling(``rescale``) → [Conv(32) Conv(32) MaxPool] → [Conv(64) Conv(64)
+  MaxPool] → [Conv(128) Conv(128) MaxPool], 3×3 "same" convolutions with
+  tanh → Dense 128 (tanh) → Dense ``num_classes``. On 32×32 inputs the last
+  pooling leaves 4×4×128 = 2,048 features. ``rescale=1/255`` takes stored
+  0..255 pixels.
+  """
+  init = tf.keras.initializers.GlorotUniform
+  layers = [tf.keras.layers.InputLayer(input_shape=input_shape),
+            tf.keras.layers.Rescaling(rescale)]
+  k = 0
+  for width in (32, 64, 128):
+    for _ in range(2):
+      layers.append(tf.keras.layers.Conv2D(width, 3, padding="same", activation="tanh",
+                                           kernel_initializer=init(seed + k)))
+      k += 1
+    layers.append(tf.keras.layers.MaxPool2D(2))
+  layers += [
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(128, activation="tanh", kernel_initializer=init(seed + k)),
+      tf.keras.layers.Dense(num_classes, kernel_initializer=init(seed + k + 1)),
+  ]
+  return tf.keras.Sequential(layers)
