@@ -39,7 +39,6 @@ import logging
 import math
 import os
 import sys
-import time
 from typing import Callable
 
 from absl import app
@@ -188,57 +187,21 @@ def accuracy(keras_model, silo: Silo, batch_size: int = 4096) -> float:
   return float(np.mean(preds == silo.test_y))
 
 
-def _chunks(steps: int, every: int) -> list[int]:
-  every = every if 0 < every < steps else steps
-  return [every] * (steps // every) + ([steps % every] if steps % every else [])
-
-
 def train_dp_sgd(silo: Silo, q: np.ndarray, noise_multiplier: float, clip_norm: float,
                  learning_rate: float, steps: int, randomness: PrivacyRandomness,
                  eval_every: int) -> dict:
-  """rPDP-SGD on one silo with per-record rates q (the client work's tf.function).
+  """rPDP-SGD on one silo with per-record rates q (:mod:`tff_idp.training.centralized`).
 
-  The steps run through :func:`tff_idp.client_work.dp_sgd.build_local_dp_sgd`
-  in chunks of ``eval_every`` (plain SGD keeps no state between chunks), each
-  chunk with its own secret seed from ``randomness`` (the silo is the one
-  client). The tracing is done by a warm-up call with q = 0 (which takes no
-  step and draws nothing), so the reported s/step is warm.
+  Evaluation every ``eval_every`` steps; the reported s/step is warm (the
+  tracing is done by a call that takes no step).
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_idp import models  # pylint: disable=g-import-not-at-top
-  from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top
-  spec = collections.OrderedDict(
-      x=tf.TensorSpec([None] + list(silo.x.shape[1:]), tf.float32),
-      y=tf.TensorSpec([None], tf.int32))
-  model = models.tff_model_fn(silo.keras_builder, spec)()
-  weights = tf.nest.map_structure(lambda v: v.read_value(),
-                                  tff.learning.models.ModelWeights.from_model(model))
-  q = np.asarray(q, np.float32)
-  updates = {}
-  eval_model = silo.keras_builder()
-  history, seconds, sampled = [], 0.0, 0.0
-  done = 0
-  for c, length in enumerate(_chunks(steps, eval_every)):
-    if length not in updates:
-      updates[length] = dp_sgd.build_local_dp_sgd(
-          model, tff.learning.optimizers.build_sgdm(learning_rate), length,
-          noise_multiplier, clip_norm)
-      updates[length](weights, silo.x, silo.y, np.zeros_like(q),
-                      tf.constant([0, 0], tf.int64))  # trace; q = 0 draws nothing
-    start = time.perf_counter()
-    delta, stats = updates[length](weights, silo.x, silo.y, q,
-                                   tf.constant(randomness.client_seed("silo", c), tf.int64))
-    weights = tff.learning.models.ModelWeights(
-        trainable=[w - d for w, d in zip(weights.trainable, delta)],
-        non_trainable=weights.non_trainable)
-    seconds += time.perf_counter() - start
-    sampled += float(stats["sampled"])
-    done += length
-    weights.assign_weights_to(eval_model)
-    history.append([done, accuracy(eval_model, silo)])
+  from tff_idp.training import centralized  # pylint: disable=g-import-not-at-top
+  run = centralized.train_record_dp_sgd(
+      silo.keras_builder, silo.x, silo.y, q, noise_multiplier, clip_norm, learning_rate,
+      steps, randomness, lambda m: accuracy(m, silo), eval_every)
+  history = [[step, m["accuracy"]] for step, m in run.history]
   return {"accuracy": history[-1][1], "history": history,
-          "seconds_per_step": seconds / steps, "mean_batch": sampled / steps}
+          "seconds_per_step": run.seconds_per_step, "mean_batch": run.mean_batch}
 
 
 def calibrate(budgets: np.ndarray, params: TwoStageParams, method: str):

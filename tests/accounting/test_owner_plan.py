@@ -1,0 +1,104 @@
+"""Owner-level SAMPLE / SCALE plans (INO-SGD's IDP-SGD baseline), checked with dp-accounting."""
+import math
+
+import numpy as np
+import pytest
+
+from tff_idp.accounting import owner_plan
+from tests.independent_dp import dp_epsilon
+
+DELTA = 1e-5
+
+
+def _independent_epsilons(plan):
+  return [dp_epsilon(q, plan.noise_std / c, plan.steps, plan.delta)
+          for q, c in zip(plan.sampling_rates, plan.clip_thresholds)]
+
+
+def test_sample_mn_setting_meets_budgets_and_batch():
+  """MN (two owners, ε = 0.1 and 1, SAMPLE): rarer sampling for the stricter owner."""
+  plan = owner_plan.plan_owners([0.1, 1.0], [3000, 3000], DELTA, steps=300,
+                                expected_batch=200, mechanism="sample")
+  assert plan.clip_thresholds == (1.0, 1.0)
+  assert plan.sampling_rates[0] < plan.sampling_rates[1]
+  assert plan.expected_batch == pytest.approx(200, rel=1e-3)
+  for e_ind, e_t, e_a in zip(_independent_epsilons(plan), plan.target_epsilons,
+                             plan.achieved_epsilons):
+    assert e_ind <= e_t
+    assert e_ind == pytest.approx(e_a, rel=1e-6)
+  # Not wastefully loose: the stricter owner's budget is nearly used.
+  assert _independent_epsilons(plan)[0] > 0.95 * 0.1
+
+
+def test_scale_cm_setting_one_rate_per_owner_thresholds():
+  eps = np.linspace(0.5, 5, 10)
+  plan = owner_plan.plan_owners(eps, [500] * 10, DELTA, steps=200, expected_batch=250,
+                                clip_norm=2.0, mechanism="scale", owner_names=range(10))
+  assert len(set(plan.sampling_rates)) == 1
+  assert plan.sampling_rates[0] == pytest.approx(250 / 5000)
+  assert max(plan.clip_thresholds) == pytest.approx(2.0)
+  assert list(plan.clip_thresholds) == sorted(plan.clip_thresholds)  # looser ε, larger C
+  for e_ind, e_t in zip(_independent_epsilons(plan), plan.target_epsilons):
+    assert e_ind <= e_t
+  assert plan.owner_names[3] == "3"
+
+
+@pytest.mark.parametrize("trial", range(6))
+def test_property_no_calibrated_owner_exceeds_its_budget(trial):
+  """Random owners, budgets, sizes and batches: dp-accounting never sees an overrun."""
+  rng = np.random.default_rng(100 + trial)
+  n = int(rng.integers(2, 6))
+  eps = np.round(rng.uniform(0.2, 8, n), 3)
+  sizes = rng.integers(200, 3000, n)
+  mechanism = ("sample", "scale")[trial % 2]
+  batch = float(rng.uniform(0.01, 0.08) * sizes.sum())
+  plan = owner_plan.plan_owners(eps, sizes, DELTA, steps=int(rng.integers(50, 400)),
+                                expected_batch=batch, clip_norm=float(rng.uniform(0.5, 3)),
+                                mechanism=mechanism)
+  for e_ind, e_t in zip(_independent_epsilons(plan), plan.target_epsilons):
+    assert e_ind <= e_t * (1 + 1e-9)
+
+
+def test_record_views_and_dict():
+  plan = owner_plan.plan_owners([0.5, 2.0], [10, 10], DELTA, 50, 4, mechanism="scale")
+  owners = np.array([0, 1, 1, 0])
+  np.testing.assert_allclose(plan.record_rates(owners), [plan.sampling_rates[o] for o in owners])
+  np.testing.assert_allclose(plan.record_thresholds(owners),
+                             [plan.clip_thresholds[o] for o in owners], rtol=1e-6)
+  d = plan.to_dict()
+  assert d["expected_batch"] == pytest.approx(4)
+
+
+def test_verify_refuses_an_over_budget_plan():
+  plan = owner_plan.plan_owners([0.5, 2.0], [100, 100], DELTA, 100, 10)
+  bad = owner_plan.OwnerPlan(**{**plan.__dict__,
+                                "sampling_rates": (plan.sampling_rates[0] * 1.5,
+                                                   plan.sampling_rates[1])})
+  with pytest.raises(RuntimeError, match="over-budget"):
+    owner_plan.verify_plan(bad)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(epsilons=[0.0, 1.0]), "epsilon"),
+    (dict(delta=1.5), "delta"),
+    (dict(mechanism="both"), "sample"),
+    (dict(owner_sizes=[10]), "one size per owner"),
+    (dict(expected_batch=500), "lower the expected batch"),
+    (dict(clip_norm=-1.0), "clip_norm"),
+])
+def test_bad_input_says_what_to_change(kwargs, match):
+  args = dict(epsilons=[0.5, 1.0], owner_sizes=[100, 100], delta=DELTA, steps=10,
+              expected_batch=10)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    owner_plan.plan_owners(**args)
+
+
+def test_drop_less_private_keeps_the_most_private_owner():
+  owners = np.repeat([0, 1, 2], [100, 100, 50])
+  keep = owner_plan.drop_less_private(owners, [0.1, 1.0, 0.1], 0.3, seed=0)
+  assert keep[owners == 0].all() and keep[owners == 2].all()
+  assert (~keep[owners == 1]).sum() == 30
+  assert not np.array_equal(keep, owner_plan.drop_less_private(owners, [0.1, 1.0, 0.1], 0.3, 1))
+  with pytest.raises(ValueError, match="fraction"):
+    owner_plan.drop_less_private(owners, [0.1, 1.0, 0.1], 1.0, 0)
