@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import numbers
 from typing import Any
 
@@ -317,3 +318,28 @@ def load_synthetic(config: SyntheticConfig = SyntheticConfig()):
       collections.OrderedDict(
           x=arrays['x'][test_mask], y=arrays['y'][test_mask]))
   return train, test, central_test
+
+
+def pooled_arrays(train_examples: int, test_examples: int, seed: int = 0,
+                  iid: bool = True) -> dict:
+  """One silo: the train records of enough Synthetic users pooled, their test records as test.
+
+  Returns ``x``, ``y`` (the first ``train_examples`` train records; 0 = all),
+  ``test_x``, ``test_y`` (the first ``test_examples``; 0 = all) and the
+  ``config``. About 92 train records per user (LEAF sizes, capped at 180, 80%
+  train), so ``ceil(1.25·train_examples/92)`` users (at least 10) are drawn.
+  The centralized experiments (rPDP-FL §7.1, INO-SGD) train on this silo.
+  """
+  if train_examples < 0 or test_examples < 0:
+    raise ValueError("train_examples and test_examples must be >= 0 (0 = all).")
+  users = max(10, math.ceil(1.25 * max(train_examples, 1) / 92))
+  config = SyntheticConfig(num_clients=users, iid=iid, seed=seed)
+  arrays = generate_arrays(config)
+  train, test = ~arrays["is_test"], arrays["is_test"]
+  x, y = arrays["x"][train], arrays["y"][train]
+  tx, ty = arrays["x"][test], arrays["y"][test]
+  if train_examples:
+    x, y = x[:train_examples], y[:train_examples]
+  if test_examples:
+    tx, ty = tx[:test_examples], ty[:test_examples]
+  return {"x": x, "y": y, "test_x": tx, "test_y": ty, "config": config}

@@ -129,17 +129,8 @@ class Silo:
 def synthetic_silo(train_examples: int, test_examples: int, seed: int) -> Silo:
   """Pooled train records of Synthetic IID users; their test records are the test set."""
   from datasets import synthetic  # pylint: disable=g-import-not-at-top
-  # About 92 train records per user (LEAF sizes, capped at 180, 80% train).
-  users = max(10, math.ceil(1.25 * max(train_examples, 1) / 92))
-  config = synthetic.SyntheticConfig(num_clients=users, iid=True, seed=seed)
-  arrays = synthetic.generate_arrays(config)
-  train, test = ~arrays["is_test"], arrays["is_test"]
-  x, y = arrays["x"][train], arrays["y"][train]
-  if train_examples:
-    x, y = x[:train_examples], y[:train_examples]
-  tx, ty = arrays["x"][test], arrays["y"][test]
-  if test_examples:
-    tx, ty = tx[:test_examples], ty[:test_examples]
+  pooled = synthetic.pooled_arrays(train_examples, test_examples, seed)
+  x, y, tx, ty, config = (pooled[k] for k in ("x", "y", "test_x", "test_y", "config"))
   nf, nc = config.num_features, config.num_classes
 
   def builder():

@@ -35,8 +35,14 @@ Evaluation = Callable[[tf.keras.Model], Union[float, dict]]
 
 @dataclasses.dataclass
 class CentralizedRun:
-  """History of one centralized run: ``history[i] = (step, {metric: value})``."""
+  """History of one centralized run: ``history[i] = (step, {metric: value})``.
+
+  ``chunk_diagnostics[i] = (step, {"mean_batch", "clipped_fraction"})`` per
+  evaluation chunk: realised, un-noised statistics for the researcher, not
+  covered by the DP guarantee (never part of a release).
+  """
   history: list
+  chunk_diagnostics: list
   seconds_per_step: float
   mean_batch: float          # realised batch: a diagnostic, not covered by the DP guarantee
   clipped_fraction: float    # diagnostic
@@ -93,7 +99,7 @@ def train_record_dp_sgd(keras_builder: Callable[[], tf.keras.Model], x: np.ndarr
       "clip_norms": tf.constant(np.asarray(clip_norms, np.float32))}
   updates = {}
   eval_model = keras_builder()
-  history, seconds, sampled, clipped = [], 0.0, 0.0, 0.0
+  history, diagnostics, seconds, sampled, clipped = [], [], 0.0, 0.0, 0.0
   done = 0
   bar = None
   if progress:
@@ -117,6 +123,9 @@ def train_record_dp_sgd(keras_builder: Callable[[], tf.keras.Model], x: np.ndarr
       seconds += time.perf_counter() - start
       sampled += float(stats["sampled"])
       clipped += float(stats["clipped"])
+      diagnostics.append((done + length, {
+          "mean_batch": float(stats["sampled"]) / length,
+          "clipped_fraction": float(stats["clipped"]) / max(float(stats["sampled"]), 1.0)}))
       done += length
       weights.assign_weights_to(eval_model)
       result = evaluate(eval_model)
@@ -127,5 +136,5 @@ def train_record_dp_sgd(keras_builder: Callable[[], tf.keras.Model], x: np.ndarr
   finally:
     if bar is not None:
       bar.close()
-  return CentralizedRun(history, seconds / steps, sampled / steps,
+  return CentralizedRun(history, diagnostics, seconds / steps, sampled / steps,
                         clipped / max(sampled, 1.0), weights)

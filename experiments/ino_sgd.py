@@ -1,0 +1,507 @@
+"""INO-SGD vs IDP-SGD vs "Drop x%": utility imbalance under individualized DP (INO-SGD paper).
+
+Data owners hold different classes and set different budgets; IDP-SGD
+(SAMPLE or SCALE, :mod:`tff_idp.accounting.owner_plan`) meets every budget
+but the more private owners' classes end up with worse accuracy. INO-SGD
+(Alg. 1) keeps IDP-SGD's sampling, noise and accounting and multiplies each
+clipped gradient by an importance score ρ ∈ [0, 1] that down-weights the
+low-loss end of every batch (:mod:`tff_idp.client_work.importance`, Beta(α, β)
+tail of length γ). "Drop x%" (Table 3) randomly removes x% of the less
+private owners' records and recalibrates.
+
+For every method and seed this prints and writes the overall accuracy, the
+accuracy and recall per owner group, the worst group and the imbalance (the
+std of per-group recalls, D.4.3), plus a per-group bar plot:
+
+  python -m experiments.ino_sgd                       # embedded default, ~1-2 min
+  python -m experiments.ino_sgd --seeds=0,1,2,3,4 --drop_percents=10,20,30,40,50
+  python -m experiments.ino_sgd --preset=mn --data_dir=~/.tff   # needs EMNIST files
+  python -m experiments.ino_sgd --preset=cm --data_dir=~/.tff   # needs CIFAR-10 files
+  python -m experiments.ino_sgd --preset=cl --data_dir=~/.tff
+
+Presets (``--preset``; any flag given explicitly overrides the preset):
+
+* ``embedded`` (default, no network): the MN setting on the embedded data.
+  The pooled train records of Synthetic IID users (:mod:`datasets.synthetic`,
+  60 features, 10 classes), classes 0-4 owned by owner "0-4" at ε = 0.1 and
+  classes 5-9 by owner "5-9" at ε = 1, δ = 1e-5, SAMPLE, multinomial
+  logistic regression.
+* ``mn``: the same owners and budgets on the datasets/ FMNIST source (EMNIST
+  digits, writers pooled), with PC-MNIST.
+* ``cm`` / ``cl``: CIFAR-10, ten owners with one class each, SCALE, ε =
+  linspace(0.5, 5) / linspace(6, 15) over the classes, with PC-CIFAR.
+
+The paper publishes none of T, b, η, σ, γ, α, β (notes §1.5); the values the
+presets use, and how they were chosen, are in the README. Per-step privacy is
+owner-level: owner n's records are Poisson-sampled at q_n, clipped to C_n and
+noised with std z·C, so owner n spends exactly the ε of the IDP-SGD plan,
+re-verified with dp-accounting before training (INO-SGD Thm 3.3).
+
+Outputs in ``--output_dir``: ``summary.md``/``summary.json`` (the table, the
+plans), ``per_group.png`` (bar plot), and per method and seed a
+``metrics.csv`` + TensorBoard of the evaluations (the released model on
+held-out data) and, unless ``--release_only``, a ``diagnostics.csv`` of the
+realised batch sizes and clipped fractions (not covered by the guarantee).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import sys
+from typing import Optional
+
+from absl import app
+from absl import flags
+from absl import logging as absl_logging
+import numpy as np
+
+from experiments import privacy_flags
+from tff_idp.accounting import owner_plan
+from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.privacy_randomness import PrivacyRandomness
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  """One INO-SGD setting: data, owners (class → owner), budgets, mechanism, hyperparameters."""
+  name: str
+  dataset: str                       # "synthetic", "fmnist" or "cifar10"
+  model: str                         # "logistic", "pc_mnist", "pc_cifar"
+  owners: tuple[tuple[int, ...], ...]  # classes of each owner
+  epsilons: tuple[float, ...]
+  mechanism: str
+  steps: int
+  expected_batch: float
+  learning_rate: float
+  clip_norm: float
+  ino_gamma_ratio: float
+  ino_alpha: float
+  ino_beta: float
+  train_examples: int
+  test_examples: int
+  paper: Optional[dict] = None       # Table 3 numbers, where the paper printed them
+
+  @property
+  def owner_names(self) -> tuple[str, ...]:
+    return tuple(f"{c[0]}-{c[-1]}" if len(c) > 1 else f"class{c[0]}" for c in self.owners)
+
+
+_TEN = tuple((c,) for c in range(10))
+PRESETS = {
+    "embedded": Preset("embedded (MN setting, Synthetic IID)", "synthetic", "logistic",
+                       ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), (0.1, 1.0), "sample",
+                       steps=1000, expected_batch=1000, learning_rate=4.0, clip_norm=1.0,
+                       ino_gamma_ratio=1.0, ino_alpha=4.0, ino_beta=1.0,
+                       train_examples=20000, test_examples=5000),
+    "mn": Preset("MN (EMNIST digits, 2 owners)", "fmnist", "pc_mnist",
+                 ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), (0.1, 1.0), "sample",
+                 steps=1000, expected_batch=1000, learning_rate=2.0, clip_norm=1.0,
+                 ino_gamma_ratio=1.0, ino_alpha=4.0, ino_beta=1.0,
+                 train_examples=0, test_examples=0),
+    "cm": Preset("CM (CIFAR-10, 10 owners, ε 0.5..5, SCALE)", "cifar10", "pc_cifar", _TEN,
+                 tuple(np.round(np.linspace(0.5, 5, 10), 6)), "scale",
+                 steps=1000, expected_batch=1024, learning_rate=2.0, clip_norm=1.0,
+                 ino_gamma_ratio=0.5, ino_alpha=1.0, ino_beta=1.0,
+                 train_examples=0, test_examples=0),
+    "cl": Preset("CL (CIFAR-10, 10 owners, ε 6..15, SCALE)", "cifar10", "pc_cifar", _TEN,
+                 tuple(np.round(np.linspace(6, 15, 10), 6)), "scale",
+                 steps=1000, expected_batch=1024, learning_rate=2.0, clip_norm=1.0,
+                 ino_gamma_ratio=0.5, ino_alpha=1.0, ino_beta=1.0,
+                 train_examples=0, test_examples=0,
+                 paper={"IDP-SGD": 63.35, "Drop 10%": 62.48, "Drop 20%": 61.64,
+                        "Drop 30%": 60.41, "Drop 40%": 58.83, "Drop 50%": 56.47,
+                        "INO-SGD": 66.73, "_source": "Table 3, CL-PC (5 runs)"}),
+}
+METHODS = ("idp_sgd", "drop", "ino_sgd")
+
+_PRESET = flags.DEFINE_enum("preset", "embedded", list(PRESETS), "The setting (module doc).")
+_METHODS = flags.DEFINE_list("methods", list(METHODS),
+                             "Among idp_sgd, drop (one run per --drop_percents), ino_sgd.")
+_DROP = flags.DEFINE_list("drop_percents", ["10", "30"],
+                          "Drop x%: percentages of the less private owners' records removed.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Training seeds (results averaged).")
+_STEPS = flags.DEFINE_integer("steps", None, "T (default: the preset's).")
+_BATCH = flags.DEFINE_float("expected_batch", None,
+                            "b = Σ_n q_n|D_n|, the expected batch (default: the preset's).")
+_LR = flags.DEFINE_float("learning_rate", None, "SGD η (default: the preset's).")
+_CLIP = flags.DEFINE_float("clip_norm", None, "C, the largest clip threshold (preset's).")
+_MECHANISM = flags.DEFINE_enum("mechanism", None, list(owner_plan.MECHANISMS),
+                               "sample (per-owner q) or scale (per-owner C); preset's.")
+_EPSILONS = flags.DEFINE_list("epsilons", None, "One ε per owner (default: the preset's).")
+_DELTA = flags.DEFINE_float("delta", 1e-5, "δ of every owner.")
+_GAMMA = flags.DEFINE_float(
+    "ino_gamma_ratio", None,
+    "INO-SGD tail length γ as a fraction of the expected Σ_d q_d C_d of a batch (the "
+    "paper's guidance is ≤ 0.5, D.4.2); 0 = IDP-SGD. Default: the preset's.")
+_ALPHA = flags.DEFINE_float("ino_alpha", None, "Beta(α, β) tail function α (preset's).")
+_BETA = flags.DEFINE_float("ino_beta", None, "Beta(α, β) tail function β (preset's).")
+_TRAIN = flags.DEFINE_integer("train_examples", None, "Records in the silo (0 = all).")
+_TEST = flags.DEFINE_integer("test_examples", None, "Test examples (0 = all).")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 100, "Evaluate every k steps.")
+_DATA_SEED = flags.DEFINE_integer("data_seed", 0, "Seed of the data and of Drop's choice.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "mn/cm/cl: source data directory.")
+_SPLIT_DIR = flags.DEFINE_string("split_dir", None, "mn/cm/cl: built split directory.")
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/ino_sgd", "Where results go.")
+_PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+privacy_flags.define(release_only=True)
+
+
+@dataclasses.dataclass
+class Data:
+  x: np.ndarray
+  y: np.ndarray
+  test_x: np.ndarray
+  test_y: np.ndarray
+  keras_builder: object
+  name: str
+
+
+def _builder(model: str, input_shape: tuple, num_classes: int, rescale: float):
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
+  if model == "logistic":
+    return lambda: models.build_logistic_regression(input_shape[0], num_classes, seed=0)
+  if model == "pc_mnist":
+    return lambda: models.build_pc_mnist_cnn(input_shape, num_classes, seed=0)
+  return lambda: models.build_pc_cifar_cnn(input_shape, num_classes, rescale=rescale, seed=0)
+
+
+def load_data(preset: Preset, train_examples: int, test_examples: int, seed: int,
+              data_dir: Optional[str], split_dir: Optional[str]) -> Data:
+  """The preset's records pooled into one silo (never downloaded: local files or embedded)."""
+  if preset.dataset == "synthetic":
+    from datasets import synthetic  # pylint: disable=g-import-not-at-top
+    p = synthetic.pooled_arrays(train_examples, test_examples, seed)
+    config = p["config"]
+    return Data(p["x"], p["y"], p["test_x"], p["test_y"],
+                _builder("logistic", (config.num_features,), config.num_classes, 1.0),
+                f"Synthetic IID (pooled, {len(p['y'])} records)")
+  from datasets import loader  # pylint: disable=g-import-not-at-top
+  from datasets import specs  # pylint: disable=g-import-not-at-top
+  info = specs.info(preset.dataset)
+  mnist_shaped = tuple(info.input_shape)[-1] == 1
+  train, test = loader.load_federated(preset.dataset, "iid", seed=seed, data_dir=data_dir,
+                                      split_dir=split_dir, rescale=mnist_shaped,
+                                      progress=False)
+  parts = [loader.to_arrays(train.create_tf_dataset_for_client(c)) for c in train.client_ids]
+  x = np.concatenate([a for a, _ in parts])
+  y = np.concatenate([b for _, b in parts])
+  order = np.random.default_rng(seed).permutation(len(y))
+  if train_examples:
+    order = order[:train_examples]
+  tx, ty = loader.to_arrays(test)
+  if test_examples:
+    tx, ty = tx[:test_examples], ty[:test_examples]
+  builder = _builder(preset.model, tuple(info.input_shape), info.num_classes,
+                     1.0 if mnist_shaped else info.rescale)
+  return Data(x[order], y[order], tx, ty, builder,
+              f"{preset.dataset} (writers/clients pooled, {order.size} records)")
+
+
+def owner_of_labels(labels: np.ndarray, owners: tuple[tuple[int, ...], ...]) -> np.ndarray:
+  """Each record's owner index through its class; every class present must be owned."""
+  lookup = {c: n for n, classes in enumerate(owners) for c in classes}
+  missing = sorted(set(np.unique(labels).tolist()) - set(lookup))
+  if missing:
+    raise ValueError(f"classes {missing} have no owner in this preset.")
+  return np.array([lookup[int(c)] for c in labels], np.int64)
+
+
+def method_runs(methods, drop_percents) -> list[tuple[str, str, float]]:
+  """(label, kind, drop fraction) per run: Drop expands to one run per percentage."""
+  runs = []
+  for m in methods:
+    if m == "idp_sgd":
+      runs.append(("IDP-SGD", m, 0.0))
+    elif m == "ino_sgd":
+      runs.append(("INO-SGD", m, 0.0))
+    else:
+      runs += [(f"Drop {p:g}%", m, p / 100) for p in drop_percents]
+  return runs
+
+
+def run_method(data: Data, owners: np.ndarray, cfg: dict, kind: str, drop: float,
+               label: str, seed: int, class_groups: dict, out_dir: str) -> dict:
+  """One method × seed: plan, verify, train, evaluate per group; writes metrics.csv."""
+  from tff_idp.client_work import importance  # pylint: disable=g-import-not-at-top
+  from tff_idp.training import centralized  # pylint: disable=g-import-not-at-top
+  from tff_idp.training import group_metrics  # pylint: disable=g-import-not-at-top
+  from tff_idp.training import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  keep = (owner_plan.drop_less_private(owners, cfg["epsilons"], drop, cfg["data_seed"])
+          if drop else np.ones(owners.shape, bool))
+  x, y, own = data.x[keep], data.y[keep], owners[keep]
+  sizes = np.bincount(own, minlength=len(cfg["epsilons"]))
+  plan = owner_plan.plan_owners(cfg["epsilons"], sizes, cfg["delta"], cfg["steps"],
+                                cfg["expected_batch"], cfg["clip_norm"], cfg["mechanism"],
+                                owner_names=cfg["owner_names"])
+  q, thresholds = plan.record_rates(own), plan.record_thresholds(own)
+  weight_fn, gamma = None, 0.0
+  if kind == "ino_sgd" and cfg["ino_gamma_ratio"] > 0:
+    gamma = cfg["ino_gamma_ratio"] * float(np.dot(q, thresholds))
+    weight_fn = importance.ino_example_weight_fn(
+        antiderivative=importance.beta_antiderivative(cfg["ino_alpha"], cfg["ino_beta"],
+                                                      gamma))
+  names = list(dict.fromkeys(class_groups.values()))
+  fields = ["round"] + group_metrics.flat_field_names(names)
+  warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
+  writer = metrics_lib.MetricsWriter(
+      out_dir, fields, None if cfg["release_only"] else ["round", "mean_batch", "clipped_fraction"],
+      privacy_warning=warning)
+
+  def evaluate(keras_model):
+    preds = np.concatenate([np.argmax(keras_model(data.test_x[i:i + 4096],
+                                                  training=False).numpy(), -1)
+                            for i in range(0, len(data.test_y), 4096)])
+    return group_metrics.group_report(data.test_y, preds, class_groups=class_groups,
+                                      group_names=names)
+
+  randomness = PrivacyRandomness.for_run(seed, f"ino_sgd/{cfg['preset']}/{label}",
+                                         cfg["insecure_reproducible_noise"])
+  reports = []
+
+  def evaluate_and_log(keras_model):
+    report = evaluate(keras_model)
+    reports.append(report)
+    return report.flat()
+
+  try:
+    run = centralized.train_record_dp_sgd(
+        data.keras_builder, x, y, q, plan.noise_multiplier, plan.clip_norm,
+        cfg["learning_rate"], cfg["steps"], randomness, evaluate_and_log, cfg["eval_every"],
+        clip_norms=thresholds if cfg["mechanism"] == "scale" else None,
+        example_weight_fn=weight_fn, progress=cfg["progress"], desc=f"{label} seed {seed}")
+    for (step, flat), (_, diag) in zip(run.history, run.chunk_diagnostics):
+      writer.write({"round": step, **flat, **diag})
+  finally:
+    writer.close()
+  return {"label": label, "kind": kind, "drop": drop, "seed": seed, "gamma": gamma,
+          "plan": plan.to_dict(), "final": reports[-1].to_dict(),
+          "diagnostics": {"mean_batch": run.mean_batch,
+                          "clipped_fraction": run.clipped_fraction,
+                          "seconds_per_step": run.seconds_per_step}}
+
+
+def aggregate(runs: list[dict], names: list[str]) -> list[dict]:
+  """Mean ± sd over seeds per method label."""
+  rows = []
+  for label in dict.fromkeys(r["label"] for r in runs):
+    mine = [r for r in runs if r["label"] == label]
+    finals = [r["final"] for r in mine]
+
+    def stat(values):
+      v = np.asarray(values, float)
+      return {"mean": float(np.nanmean(v)), "std": float(np.nanstd(v)), "values": v.tolist()}
+
+    rows.append({
+        "label": label, "seeds": len(mine),
+        "accuracy": stat([f["overall_accuracy"] for f in finals]),
+        "group_accuracy": {g: stat([f["accuracy"][g] for f in finals]) for g in names},
+        "group_recall": {g: stat([f["recall"][g] for f in finals]) for g in names},
+        "worst_group_accuracy": stat([f["worst_group"]["accuracy"] for f in finals]),
+        "imbalance": stat([f["imbalance"] for f in finals]),
+        "records": int(sum(mine[0]["plan"]["owner_sizes"])),
+        "rates": mine[0]["plan"]["sampling_rates"],
+        "thresholds": mine[0]["plan"]["clip_thresholds"],
+        "noise_multiplier": mine[0]["plan"]["noise_multiplier"],
+        "achieved_epsilons": mine[0]["plan"]["achieved_epsilons"],
+        "gamma": mine[0]["gamma"],
+    })
+  return rows
+
+
+def _pm(s: dict) -> str:
+  return f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f}"
+
+
+def format_table(rows: list[dict], names: list[str], epsilons) -> str:
+  """The per-group table: overall, each group's accuracy, worst group, imbalance."""
+  heads = [f"{g} (ε={e:g})" for g, e in zip(names, epsilons)] if len(names) <= 4 else names
+  lines = ["| method | overall acc (%) | " + " | ".join(f"acc {h} (%)" for h in heads)
+           + " | worst group (%) | imbalance (std of recalls, %) |",
+           "|---" * (len(names) + 4) + "|"]
+  for r in rows:
+    lines.append(f"| {r['label']} | {_pm(r['accuracy'])} | "
+                 + " | ".join(_pm(r["group_accuracy"][g]) for g in names)
+                 + f" | {_pm(r['worst_group_accuracy'])} | {_pm(r['imbalance'])} |")
+  return "\n".join(lines)
+
+
+def format_plans(rows: list[dict], names: list[str], epsilons, delta: float) -> str:
+  lines = ["| method | records | z | γ | per owner: q / C / ε spent (≤ budget) |",
+           "|---|---|---|---|---|"]
+  for r in rows:
+    per = "; ".join(f"{g}: {q:.4g} / {c:.3g} / {a:.4g} (≤ {e:g})"
+                    for g, q, c, a, e in zip(names, r["rates"], r["thresholds"],
+                                             r["achieved_epsilons"], epsilons))
+    lines.append(f"| {r['label']} | {r['records']} | {r['noise_multiplier']:.3f} | "
+                 f"{r['gamma']:.1f} | {per} |")
+  return "\n".join(lines) + f"\n\nδ = {delta:g}; ε recomputed with dp-accounting before training."
+
+
+def plot(rows: list[dict], names: list[str], out: str, title: str) -> None:
+  """Per-group accuracy bars (mean ± sd over seeds), one colour per method."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  groups = names + ["overall"]
+  fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(groups) * len(rows) / 2 + 3), 4.2))
+  width = 0.8 / len(rows)
+  for k, r in enumerate(rows):
+    stats = [r["group_accuracy"][g] for g in names] + [r["accuracy"]]
+    ax.bar(np.arange(len(groups)) + k * width, [100 * s["mean"] for s in stats], width,
+           yerr=[100 * s["std"] for s in stats], capsize=2, label=r["label"])
+  ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2)
+  ax.set_xticklabels(groups, rotation=30 if len(groups) > 5 else 0)
+  ax.set_ylabel("test accuracy (%)")
+  ax.set_title(title)
+  ax.grid(axis="y", alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(out, dpi=120)
+  plt.close(fig)
+
+
+def _floats(values, name: str) -> list[float]:
+  try:
+    return [float(v) for v in values]
+  except ValueError as e:
+    raise ValueError(f"--{name} must be numbers: {e}") from None
+
+
+def parse_config() -> dict:
+  """Preset values overridden by explicit flags, all checked (ValueError with advice)."""
+  preset = PRESETS[_PRESET.value]
+
+  def pick(holder, default):
+    return default if holder.value is None else holder.value
+
+  methods = list(_METHODS.value)
+  unknown = sorted(set(methods) - set(METHODS))
+  if unknown or not methods:
+    raise ValueError(f"--methods has {unknown or 'nothing'}; choose from {', '.join(METHODS)}.")
+  drops = _floats(_DROP.value, "drop_percents")
+  if "drop" in methods and (not drops or any(not 0 < p < 100 for p in drops)):
+    raise ValueError(f"--drop_percents={_DROP.value} must be percentages in (0, 100).")
+  seeds = [int(s) for s in _SEEDS.value]
+  if not seeds:
+    raise ValueError("--seeds is empty; give at least one seed.")
+  epsilons = _floats(pick(_EPSILONS, preset.epsilons), "epsilons")
+  if len(epsilons) != len(preset.owners):
+    raise ValueError(f"--epsilons has {len(epsilons)} values; the {preset.name} preset has "
+                     f"{len(preset.owners)} owners ({', '.join(preset.owner_names)}).")
+  for e in epsilons:
+    if not e > 0 or math.isnan(e):
+      raise ValueError(f"--epsilons: ε={e} must be > 0 (inf = no privacy for that owner).")
+  cfg = {
+      "preset": _PRESET.value, "preset_name": preset.name, "methods": methods,
+      "drop_percents": drops, "seeds": seeds, "epsilons": epsilons,
+      "owner_names": list(preset.owner_names), "owners": preset.owners,
+      "steps": pick(_STEPS, preset.steps),
+      "expected_batch": pick(_BATCH, preset.expected_batch),
+      "learning_rate": pick(_LR, preset.learning_rate),
+      "clip_norm": pick(_CLIP, preset.clip_norm),
+      "mechanism": pick(_MECHANISM, preset.mechanism), "delta": _DELTA.value,
+      "ino_gamma_ratio": pick(_GAMMA, preset.ino_gamma_ratio),
+      "ino_alpha": pick(_ALPHA, preset.ino_alpha), "ino_beta": pick(_BETA, preset.ino_beta),
+      "train_examples": pick(_TRAIN, preset.train_examples),
+      "test_examples": pick(_TEST, preset.test_examples),
+      "eval_every": _EVAL_EVERY.value, "data_seed": _DATA_SEED.value,
+      "progress": _PROGRESS.value,
+      "insecure_reproducible_noise": privacy_flags.insecure(),
+      "release_only": privacy_flags.release_only(),
+  }
+  if cfg["steps"] < 1:
+    raise ValueError(f"--steps={cfg['steps']} must be >= 1.")
+  if not cfg["expected_batch"] > 0:
+    raise ValueError(f"--expected_batch={cfg['expected_batch']} must be > 0.")
+  for name in ("learning_rate", "clip_norm"):
+    if not cfg[name] > 0 or math.isinf(cfg[name]):
+      raise ValueError(f"--{name}={cfg[name]} must be a finite number > 0.")
+  if not 0 < cfg["delta"] < 1:
+    raise ValueError(f"--delta={cfg['delta']} must be in (0, 1), e.g. 1e-5.")
+  if cfg["ino_gamma_ratio"] < 0 or math.isinf(cfg["ino_gamma_ratio"]):
+    raise ValueError(f"--ino_gamma_ratio={cfg['ino_gamma_ratio']} must be >= 0 "
+                     "(0 = IDP-SGD).")
+  for name in ("ino_alpha", "ino_beta"):
+    if not cfg[name] > 0 or math.isinf(cfg[name]):
+      raise ValueError(f"--{name}={cfg[name]} must be a finite number > 0.")
+  for name in ("train_examples", "test_examples", "eval_every"):
+    if cfg[name] < 0:
+      raise ValueError(f"--{name}={cfg[name]} must be >= 0.")
+  return cfg
+
+
+def main(argv):
+  del argv
+  logging.getLogger("tensorflow").setLevel(logging.ERROR)
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  try:
+    cfg = parse_config()
+    preset = PRESETS[cfg["preset"]]
+    data = load_data(preset, cfg["train_examples"], cfg["test_examples"], cfg["data_seed"],
+                     _DATA_DIR.value, _SPLIT_DIR.value)
+    owners = owner_of_labels(data.y, preset.owners)
+    if cfg["expected_batch"] > len(data.y):
+      raise ValueError(f"--expected_batch={cfg['expected_batch']:g} exceeds the "
+                       f"{len(data.y)} records; lower it.")
+    # Fail before training if any plan is infeasible (e.g. an owner with no records).
+    for _, kind, drop in method_runs(cfg["methods"], cfg["drop_percents"])[:1]:
+      owner_plan.plan_owners(cfg["epsilons"], np.bincount(owners, minlength=len(cfg["epsilons"])),
+                             cfg["delta"], cfg["steps"], cfg["expected_batch"],
+                             cfg["clip_norm"], cfg["mechanism"])
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  privacy_flags.announce()
+  warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
+  out_dir = _OUTPUT_DIR.value
+  os.makedirs(out_dir, exist_ok=True)
+  names = cfg["owner_names"]
+  class_groups = {c: names[n] for n, classes in enumerate(preset.owners) for c in classes}
+  owners_text = ", ".join(f"{g}: ε={e:g} ({int(np.sum(owners == n))} records)"
+                          for n, (g, e) in enumerate(zip(names, cfg["epsilons"])))
+  print(f"{preset.name}: {data.name}, {len(data.test_y)} test; owners {owners_text}; "
+        f"{cfg['mechanism'].upper()}, T={cfg['steps']}, b={cfg['expected_batch']:g}, "
+        f"C={cfg['clip_norm']:g}, η={cfg['learning_rate']:g}, δ={cfg['delta']:g}; INO "
+        f"γ={cfg['ino_gamma_ratio']:g}·E[Σ q C], Beta({cfg['ino_alpha']:g}, "
+        f"{cfg['ino_beta']:g}); seeds {cfg['seeds']}", flush=True)
+  runs = []
+  for label, kind, drop in method_runs(cfg["methods"], cfg["drop_percents"]):
+    for seed in cfg["seeds"]:
+      slug = label.lower().replace(" ", "_").replace("%", "pct")
+      runs.append(run_method(data, owners, cfg, kind, drop, label, seed, class_groups,
+                             os.path.join(out_dir, slug, f"seed{seed}")))
+  rows = aggregate(runs, names)
+  table = format_table(rows, names, cfg["epsilons"])
+  plans = format_plans(rows, names, cfg["epsilons"], cfg["delta"])
+  text = [f"## {preset.name}: per-group test accuracy ({len(cfg['seeds'])} seeds)\n\n{table}",
+          f"## Privacy plans (the same for every seed)\n\n{plans}"]
+  if preset.paper:
+    paper = ", ".join(f"{k} {v}" for k, v in preset.paper.items() if not k.startswith("_"))
+    text.append(f"Paper ({preset.paper['_source']}), overall accuracy (%): {paper}")
+  if warning:
+    text.insert(0, f"**{warning}** (--insecure_reproducible_noise)")
+  body = "\n\n".join(text)
+  with open(os.path.join(out_dir, "summary.md"), "w") as f:
+    f.write(f"{data.name}\n\n{body}\n")
+  public_runs = [{k: v for k, v in r.items() if not (cfg["release_only"] and k == "diagnostics")}
+                 for r in runs]
+  with open(os.path.join(out_dir, "summary.json"), "w") as f:
+    json.dump({**({"privacy_warning": warning} if warning else {}),
+               "config": {k: v for k, v in cfg.items() if k != "owners"},
+               "owners": {g: list(c) for g, c in zip(names, preset.owners)},
+               "data": data.name, "rows": rows, "runs": public_runs,
+               "paper": preset.paper}, f, indent=1, default=str)
+  plot(rows, names, os.path.join(out_dir, "per_group.png"), preset.name)
+  print()
+  print(body)
+  print(f"\nsummary.md/json, per_group.png and per-run metrics.csv in {out_dir}")
+  return 0
+
+
+if __name__ == "__main__":
+  # Keras must be imported before absl parses the flags (see experiments.centralized).
+  import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  app.run(main)
