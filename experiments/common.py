@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import zlib
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -30,6 +30,7 @@ from tff_idp import aggregators
 from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
+from tff_idp.training import group_metrics
 from tff_idp.training import privacy_plan
 from tff_idp.training.driver import RoundDriver
 from tff_idp.training.metrics import read_metrics
@@ -96,12 +97,18 @@ def client_input_fn(train_data: tff.simulation.datasets.ClientData,
 
 def keras_evaluator(keras_builder: Callable[[], tf.keras.Model],
                     test_x: np.ndarray, test_y: np.ndarray,
-                    batch_size: Optional[int] = None) -> Callable[[Any], dict]:
+                    batch_size: Optional[int] = None,
+                    class_groups: Optional[Mapping[int, str]] = None
+                    ) -> Callable[[Any], dict]:
   """Centralized evaluation of the server model on the test set (in-process).
 
   The Keras model is rebuilt per call: TFF traces models inside graphs, which
   invalidates Keras models built earlier outside them. ``batch_size`` bounds
   memory for large test sets and CNNs (None: the whole test set at once).
+  With ``class_groups`` (``{label: group name}``, budgets by class) the
+  result also holds the per-group utility of
+  :meth:`tff_idp.training.group_metrics.GroupReport.flat` (``acc/<group>``,
+  ``recall/<group>``, ``worst_group_accuracy``, ``imbalance``).
   """
   loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -113,8 +120,13 @@ def keras_evaluator(keras_builder: Callable[[], tf.keras.Model],
     else:
       logits = np.concatenate([model(test_x[i:i + batch_size], training=False).numpy()
                                for i in range(0, len(test_x), batch_size)])
-    return {"loss": float(loss_fn(test_y, logits).numpy()),
-            "accuracy": float(np.mean(np.argmax(logits, -1) == test_y))}
+    predictions = np.argmax(logits, -1)
+    result = {"loss": float(loss_fn(test_y, logits).numpy()),
+              "accuracy": float(np.mean(predictions == test_y))}
+    if class_groups is not None:
+      report = group_metrics.group_report(test_y, predictions, class_groups=class_groups)
+      result.update({k: v for k, v in report.flat().items() if k not in result})
+    return result
 
   return evaluate
 

@@ -7,6 +7,26 @@ train through the same round driver, and a Fig. 8-style table compares them:
   python -m experiments.rpdp                                   # defaults below
   python -m experiments.rpdp --distribution=bounded_pareto --seeds=0,1,2
   python -m experiments.rpdp --dataset=fmnist --partition=iid --data_dir=~/.tff
+  python -m experiments.rpdp --distribution=by_class --class_budgets=0-4:0.1,5-9:1 \
+      --local_algorithm=ino_sgd
+
+Budgets that follow the data: ``--distribution=by_class`` gives every record
+the budget of its label, from ``--class_budgets`` (``<class>:<ε>`` or
+``<first>-<last>:<ε>`` items, every class of the dataset exactly once, e.g.
+``0-4:0.1,5-9:1``). This is the data-dependent setting of INO-SGD, where
+the more private groups pay in utility; ``--local_algorithm=ino_sgd`` (tail
+``--ino_gamma``, Beta(``--ino_alpha``, ``--ino_beta``)) weights the clipped
+gradients by loss order to narrow the gap. Classes with equal ε form one
+group, named ``eps=<ε>``, and the evaluation then reports per group
+(:mod:`tff_idp.training.group_metrics`) in ``metrics.csv`` and TensorBoard:
+``eval_acc/eps=<ε>``, ``eval_recall/eps=<ε>`` (macro recall),
+``eval_worst_group_accuracy`` and ``eval_imbalance`` (the population std of
+the per-group recalls, INO-SGD D.4.3); ``summary.json``/``summary.md`` and
+the printed table add the per-group accuracy (mean over seeds), the worst
+group's accuracy and the imbalance. These evaluate the released model on
+held-out data, so they are release metrics. Other distributions draw budgets
+independently of the data; test records carry no budget, so they get no
+group metrics.
 
 The default federation is embedded (no network): 10 silos, each pooling the
 records of ``--users_per_silo`` users of the Synthetic federation
@@ -24,7 +44,7 @@ import logging
 import math
 import os
 import sys
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from absl import app
 from absl import flags
@@ -42,12 +62,19 @@ from tff_idp.accounting.rdp_two_stage import THREAT_MODELS
 from tff_idp.accounting.rdp_two_stage import TwoStageParams
 from tff_idp.client_work import importance
 from tff_idp.client_work.process import build_rpdp_fedavg_process
+from tff_idp.training import group_metrics
 from tff_idp.training import record_level
 from tff_idp.training.metrics import read_metrics
 
-_DISTRIBUTION = flags.DEFINE_enum("distribution", "three_levels",
-                                  sorted(preferences.DISTRIBUTIONS),
-                                  "Privacy preference distribution of the records.")
+_DISTRIBUTION = flags.DEFINE_enum(
+    "distribution", "three_levels", sorted([*preferences.DISTRIBUTIONS, preferences.BY_CLASS]),
+    "Privacy preference distribution of the records; by_class: each record takes the "
+    "budget of its label, from --class_budgets.")
+_CLASS_BUDGETS = flags.DEFINE_list(
+    "class_budgets", None,
+    "by_class: ε per class as <class>:<ε> or <first>-<last>:<ε> items covering every "
+    "class once, e.g. 0-4:0.1,5-9:1. Classes with equal ε form one group (eps=<ε>) in "
+    "the per-group metrics.")
 _LEVELS = flags.DEFINE_list("levels", ["0.1", "1", "5"], "three_levels: the three ε.")
 _LEVEL_RATIOS = flags.DEFINE_list("level_ratios", ["0.7", "0.2", "0.1"],
                                   "three_levels: the share of records at each ε.")
@@ -106,6 +133,7 @@ class Federation:
   test_y: np.ndarray
   keras_builder: object
   name: str
+  num_classes: int
 
 
 def synthetic_federation(num_clients: int, users_per_silo: int, iid: bool,
@@ -126,7 +154,7 @@ def synthetic_federation(num_clients: int, users_per_silo: int, iid: bool,
   name = f"Synthetic{' IID' if iid else '(0.5,0.5)'}, {num_clients} silos × {users_per_silo} users"
   return Federation(record_level.RecordFederation(x, y), arrays["x"][arrays["is_test"]],
                     arrays["y"][arrays["is_test"]],
-                    lambda: models.build_logistic_regression(nf, nc, seed=0), name)
+                    lambda: models.build_logistic_regression(nf, nc, seed=0), name, nc)
 
 
 def split_federation(dataset: str, partition: str, num_clients: int, seed: int,
@@ -163,20 +191,58 @@ def split_federation(dataset: str, partition: str, num_clients: int, seed: int,
     builder = lambda: models.build_idp_fedavg_cnn(shape, info.num_classes, seed=0,
                                                   rescale=info.rescale)
   return Federation(record_level.RecordFederation(x, y), test_x, test_y, builder,
-                    f"{dataset} ({partition}), {num_clients} clients")
+                    f"{dataset} ({partition}), {num_clients} clients", info.num_classes)
 
 
 def make_distribution():
+  """The --distribution's sampler; None for by_class (budgets follow the labels)."""
+  if _DISTRIBUTION.value == preferences.BY_CLASS:
+    return None
   if _DISTRIBUTION.value == "three_levels":
     return preferences.ThreeLevels(tuple(float(v) for v in _LEVELS.value),
                                    tuple(float(v) for v in _LEVEL_RATIOS.value))
   return preferences.make_distribution(_DISTRIBUTION.value)
 
 
+def group_summary(final_rows: list[dict], group_names: list[str]) -> dict:
+  """Per-group utility of the final evaluations (one metrics.csv row per seed).
+
+  Means over seeds of each group's accuracy and macro recall, of the worst
+  group's accuracy and of the imbalance (std of the per-group recalls,
+  INO-SGD D.4.3), with the worst group of every seed. Missing values (a
+  group without test examples) are NaN.
+  """
+  def values(column: str) -> np.ndarray:
+    return np.array([math.nan if r.get(column) is None else float(r[column])
+                     for r in final_rows])
+
+  accuracy = {g: values(f"eval_acc/{g}") for g in group_names}
+  worst = []
+  for i in range(len(final_rows)):
+    scored = [(accuracy[g][i], g) for g in group_names if not math.isnan(accuracy[g][i])]
+    worst.append(min(scored, key=lambda t: t[0])[1] if scored else None)
+  worst_acc = values("eval_worst_group_accuracy")
+  imbalance = values("eval_imbalance")
+  return {
+      "group_accuracy": {g: float(np.mean(a)) for g, a in accuracy.items()},
+      "group_recall": {g: float(np.mean(values(f"eval_recall/{g}"))) for g in group_names},
+      "worst_groups": worst, "final_worst_group_accuracies": worst_acc.tolist(),
+      "mean_worst_group_accuracy": float(np.mean(worst_acc)),
+      "final_imbalances": imbalance.tolist(), "mean_imbalance": float(np.mean(imbalance))}
+
+
 def format_table(results: list[dict], num_seeds: int) -> str:
-  lines = [f"| method | accuracy (mean ± sd, {num_seeds} seed(s)) | E[batch]/step | "
-           "records with q=0 | excluded at end | mean ε spent / mean budget | SCF R² | "
-           "lowered by exact check |", "|---|---|---|---|---|---|---|---|"]
+  """The Fig. 8-style table; with budgets by class, per-group utility columns too."""
+  by_group = all("group_accuracy" in r for r in results)
+  head = (f"| method | accuracy (mean ± sd, {num_seeds} seed(s)) | E[batch]/step | "
+          "records with q=0 | excluded at end | mean ε spent / mean budget | SCF R² | "
+          "lowered by exact check |")
+  rule = "|---|---|---|---|---|---|---|---|"
+  if by_group:
+    head += (" accuracy per group (mean) | worst group accuracy (mean) | "
+             "imbalance (sd of group recalls) |")
+    rule += "---|---|---|"
+  lines = [head, rule]
   for r in results:
     c = r["calibration"]
     r2 = f"{c['r_squared']:.4f}" if "r_squared" in c else "—"
@@ -188,6 +254,11 @@ def format_table(results: list[dict], num_seeds: int) -> str:
         f"| {r['method']} | {100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} | "
         f"{r['mean_expected_batch']:.1f} | {r['records_q0']} | {excluded} | "
         f"{spent} | {r2} | {lowered} |")
+    if by_group:
+      per_group = ", ".join(f"{g}: {100 * a:.2f}" for g, a in r["group_accuracy"].items())
+      worst = ", ".join(dict.fromkeys(g for g in r["worst_groups"] if g)) or "—"
+      lines[-1] += (f" {per_group} | {100 * r['mean_worst_group_accuracy']:.2f} ({worst}) | "
+                    f"{100 * r['mean_imbalance']:.2f} |")
   return "\n".join(lines)
 
 
@@ -221,19 +292,27 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         estimator: str = "scf", insecure_reproducible_noise: bool = False,
         release_only: bool = False,
         local_weight_fn: Optional[Callable] = None,
-        local_algorithm: str = "dp_sgd") -> list[dict]:
+        local_algorithm: str = "dp_sgd",
+        class_groups: Optional[Mapping[int, str]] = None) -> list[dict]:
   """Every method × seed; returns one summary row per method.
 
   ``local_weight_fn`` (e.g. INO-SGD's ``importance.ino_example_weight_fn``)
   weights the clipped gradients of the private methods' local steps; it does
-  not apply to PrivacyFree, which does not clip.
+  not apply to PrivacyFree, which does not clip. ``class_groups`` (``{label:
+  "eps=<ε>"}``, budgets by class) adds per-group utility to the evaluation,
+  to metrics.csv and to each summary row (:func:`group_summary`).
   """
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
       y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(federation.keras_builder, spec)
   evaluate = common.keras_evaluator(federation.keras_builder, federation.test_x,
-                                    federation.test_y, batch_size=2048)
+                                    federation.test_y, batch_size=2048,
+                                    class_groups=class_groups)
+  group_names = list(dict.fromkeys(class_groups.values())) if class_groups else []
+  # Evaluator keys beyond loss and accuracy, written to metrics.csv as eval_<key>.
+  eval_metrics = [k for k in group_metrics.flat_field_names(group_names)
+                  if k != "accuracy"] if class_groups else []
   plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch,
                                             estimator) for m in methods}
   processes = {}
@@ -249,7 +328,7 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
           local_steps=params.local_steps, noise_multiplier=plan.noise_multiplier,
           clip_norm=plan.clip_norm,
           example_weight_fn=local_weight_fn if math.isfinite(plan.clip_norm) else None)
-    finals, history, accountant = [], [], None
+    finals, final_rows, history, accountant = [], [], [], None
     for seed in seeds:
       run_dir = os.path.join(output_dir, method, f"seed{seed}")
       _, _, accountant = record_level.run_record_level(
@@ -257,9 +336,10 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
           eval_every, checkpoint_every, progress,
           fingerprint=[federation.name, learning_rate, estimator, local_algorithm],
           insecure_reproducible_noise=insecure_reproducible_noise,
-          release_only=release_only)
+          release_only=release_only, eval_metrics=eval_metrics)
       rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
       finals.append(rows[-1]["eval_accuracy"])
+      final_rows.append(rows[-1])
       if not history:
         history = [[r["round"], r["eval_accuracy"]] for r in rows
                    if r["eval_accuracy"] is not None]
@@ -272,6 +352,11 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
     withheld = release_only and ledger_is_diagnostic
     effective = (np.concatenate(list(plan.budgets.values())) if plan.budgets is not None
                  else None)
+    groups = {}
+    if class_groups:
+      groups = dict(group_summary(final_rows, group_names), groups={
+          g: [c for c, name in sorted(class_groups.items()) if name == g]
+          for g in group_names})
     results.append({
         "method": method, "final_accuracies": finals,
         "mean_accuracy": float(np.mean(finals)), "std_accuracy": float(np.std(finals)),
@@ -284,7 +369,7 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
                             if spent is not None and not withheld else None),
         "mean_budget": float(np.mean(flat_budgets)) if spent is not None else None,
         "calibration": plan.calibration, "history": history,
-        "budget_sample": flat_budgets[:5000].tolist()})
+        "budget_sample": flat_budgets[:5000].tolist(), **groups})
   return results
 
 
@@ -304,6 +389,13 @@ def main(argv):
                             _CLIENT_RATE.value, _DELTA.value, _THREAT.value)
     if not _CLIP.value > 0 or math.isinf(_CLIP.value):
       raise ValueError(f"--clip_norm={_CLIP.value} must be a finite number > 0.")
+    by_class = _DISTRIBUTION.value == preferences.BY_CLASS
+    if by_class and not _CLASS_BUDGETS.value:
+      raise ValueError("--distribution=by_class needs --class_budgets, one ε per class, "
+                       "e.g. --class_budgets=0-4:0.1,5-9:1.")
+    if _CLASS_BUDGETS.value and not by_class:
+      raise ValueError(f"--class_budgets is only used with --distribution=by_class (not "
+                       f"{_DISTRIBUTION.value}); drop it or set --distribution=by_class.")
     distribution = make_distribution()
     local_weight_fn, local_algorithm = None, _LOCAL_ALGORITHM.value
     if local_algorithm == "ino_sgd":
@@ -320,14 +412,25 @@ def main(argv):
     else:
       federation = split_federation(_DATASET.value, _PARTITION.value, _NUM_CLIENTS.value,
                                     _DATA_SEED.value, _DATA_DIR.value, _SPLIT_DIR.value)
+    class_groups, described = None, _DISTRIBUTION.value
+    if by_class:
+      try:
+        class_budgets = preferences.parse_class_budgets(_CLASS_BUDGETS.value,
+                                                        federation.num_classes)
+        class_groups = preferences.class_groups(class_budgets)
+      except ValueError as e:
+        raise ValueError(f"--class_budgets: {e}") from None
+      described = f"by_class ({','.join(_CLASS_BUDGETS.value)})"
+      budgets = preferences.class_record_budgets(federation.records.y, class_budgets)
+    else:
+      budgets = preferences.assign_record_budgets(distribution, federation.records.sizes,
+                                                  _BUDGET_SEED.value)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  budgets = preferences.assign_record_budgets(distribution, federation.records.sizes,
-                                              _BUDGET_SEED.value)
   n = sum(federation.records.sizes.values())
   print(f"federation: {federation.name}: {n} records, {len(federation.test_y)} test; "
-        f"{_DISTRIBUTION.value}; T={params.rounds}, τ={params.local_steps}, "
+        f"{described}; T={params.rounds}, τ={params.local_steps}, "
         f"λ={params.client_rate:g}, σ={params.noise_multiplier:g}, L={_CLIP.value:g}, "
         f"δ={params.delta:g}, {params.threat_model}, local: {local_algorithm}")
   with runtime.execution_context(device=_DEVICE.value):
@@ -335,7 +438,7 @@ def main(argv):
                   _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
                   _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
                   privacy_flags.insecure(), privacy_flags.release_only(),
-                  local_weight_fn, local_algorithm)
+                  local_weight_fn, local_algorithm, class_groups)
   table = format_table(results, len(seeds))
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   with open(os.path.join(_OUTPUT_DIR.value, "summary.md"), "w") as f:

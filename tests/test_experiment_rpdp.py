@@ -1,4 +1,5 @@
 """experiments.rpdp end to end on a tiny federation (slow), and its flag errors (fast)."""
+import csv
 import json
 import os
 import subprocess
@@ -10,6 +11,13 @@ from tests import flag_driver
 from tests import secret_scan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_metrics(path):
+  """metrics.csv rows with numbers parsed (no TensorFlow import in this process)."""
+  with open(path, newline="") as f:
+    return [{k: float(v) if v not in ("", None) else None for k, v in row.items()}
+            for row in csv.DictReader(f)]
 
 
 def _run(args, tmp_path, timeout=600):
@@ -45,6 +53,42 @@ def test_rpdp_compares_all_methods_within_budget(tmp_path):
   assert "sampled_records" not in open(tmp_path / "ours" / "seed0" / "metrics.csv").readline()
 
 
+@pytest.mark.slow
+def test_rpdp_by_class_budgets_report_per_group_utility(tmp_path):
+  """Budgets follow the label (classes 0-4 at ε 0.5, 5-9 at ε 5) with INO-SGD."""
+  proc = _run(["--num_clients=4", "--users_per_silo=3", "--rounds=2", "--local_steps=2",
+               "--seeds=0", "--eval_every=1", "--methods=ours,minimum",
+               "--distribution=by_class", "--class_budgets=0-4:0.5,5-9:5",
+               "--local_algorithm=ino_sgd"], tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "by_class (0-4:0.5,5-9:5)" in proc.stdout and "local: ino_sgd" in proc.stdout
+  assert "worst group accuracy" in proc.stdout and "| ours |" in proc.stdout
+  groups = ["eps=0.5", "eps=5"]
+  rows = read_metrics(str(tmp_path / "ours" / "seed0" / "metrics.csv"))
+  for column in ["eval_worst_group_accuracy", "eval_imbalance"] + [
+      f"eval_{kind}/{g}" for g in groups for kind in ("acc", "recall")]:
+    assert all(0.0 <= r[column] <= 1.0 for r in rows), column
+  last = rows[-1]
+  assert last["eval_worst_group_accuracy"] == min(last[f"eval_acc/{g}"] for g in groups)
+  # Un-noised statistics stay out of the release; evaluations stay out of diagnostics.
+  assert "eval_" not in open(tmp_path / "ours" / "seed0" / "diagnostics.csv").readline()
+  summary = json.load(open(tmp_path / "summary.json"))
+  assert summary["config"]["distribution"] == "by_class"
+  for r in summary["results"]:
+    assert list(r["group_accuracy"]) == groups and list(r["group_recall"]) == groups
+    assert r["groups"] == {"eps=0.5": [0, 1, 2, 3, 4], "eps=5": [5, 6, 7, 8, 9]}
+    final = read_metrics(str(tmp_path / r["method"] / "seed0" / "metrics.csv"))[-1]
+    assert r["group_accuracy"]["eps=0.5"] == final["eval_acc/eps=0.5"]
+    assert r["mean_worst_group_accuracy"] == final["eval_worst_group_accuracy"]
+    assert r["mean_imbalance"] == final["eval_imbalance"]
+    assert r["worst_groups"][0] in groups
+  # Each record's budget is its class's: Minimum trains everybody at ε 0.5.
+  rows = {r["method"]: r for r in summary["results"]}
+  assert rows["minimum"]["calibration"]["epsilon_min"] == 0.5
+  assert rows["ours"]["max_budget_used"] <= 1.0
+  assert "worst group accuracy" in (tmp_path / "summary.md").read_text()
+
+
 # Every bad flag set is checked by calling main() in ONE subprocess (one
 # TensorFlow import for all of them); each must exit 2 with advice, fast.
 BAD_FLAGS = [
@@ -60,6 +104,17 @@ BAD_FLAGS = [
     (["--seeds="], "seeds"),
     (["--local_algorithm=ino_sgd", "--ino_gamma=-1"], "--ino_gamma"),
     (["--local_algorithm=ino_sgd", "--ino_alpha=0"], "alpha"),
+    (["--distribution=by_class"], "by_class needs --class_budgets"),
+    (["--class_budgets=0-9:1"], "only used with --distribution=by_class"),
+    (["--distribution=by_class", "--class_budgets=0-4:0.1"],
+     "--class_budgets: classes 5-9 got no budget"),
+    (["--distribution=by_class", "--class_budgets=0-5:0.1,5-9:1"],
+     "--class_budgets: .*class 5 already got a budget"),
+    (["--distribution=by_class", "--class_budgets=0-4:0,5-9:1"],
+     "--class_budgets: .*must be > 0"),
+    (["--distribution=by_class", "--class_budgets=0-4=0.1,5-9:1"],
+     "--class_budgets: .*is not <class>:<ε>"),
+    (["--distribution=by_class", "--class_budgets=0-10:1"], "class 10 does not exist"),
 ]
 
 @pytest.fixture(scope="module")

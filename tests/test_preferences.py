@@ -167,3 +167,74 @@ def test_bad_parameters_raise():
   with pytest.raises(ValueError, match="exclude almost all"):
     preferences.BoundedMixGauss(means=(100.0,), stds=(0.1,), weights=(1.0,)).sample(
         10, np.random.default_rng(0))
+
+
+# Budgets by class (data-dependent budgets, rPDP-FL with INO-SGD's groups).
+
+
+def test_parse_class_budgets_ranges_singles_and_lists():
+  expected = {c: 0.1 for c in range(5)} | {c: 1.0 for c in range(5, 10)}
+  assert preferences.parse_class_budgets("0-4:0.1,5-9:1", 10) == expected
+  assert preferences.parse_class_budgets(["0-4:0.1", "5-9:1"], 10) == expected
+  out = preferences.parse_class_budgets(" 2:3 , 0-1 : 0.5,3:inf", 4)
+  assert out == {0: 0.5, 1: 0.5, 2: 3.0, 3: math.inf}
+  assert list(out) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("0-4:0.1", "classes 5-9 got no budget"),
+    ("0-3:0.1,5-9:1", "class 4 got no budget"),
+    ("0-4:0.1,4-9:1", "class 4 already got a budget.*remove the overlap"),
+    ("0-9:1,0-9:2", "classes 0-9 already got a budget"),
+    ("0-4:0,5-9:1", "must be > 0"),
+    ("0-4:-1,5-9:1", "must be > 0"),
+    ("0-4:nan,5-9:1", "must be > 0"),
+    ("0-4:abc,5-9:1", "is not a number"),
+    ("0-4=0.1,5-9:1", "is not <class>:<ε>"),
+    ("0-4,5-9:1", "is not <class>:<ε>"),
+    ("a:1", "is not <class>:<ε>"),
+    ("4-0:1,5-9:1", "write it as 0-4"),
+    ("0-10:1", "class 10 does not exist.*0-9"),
+    ("", "empty"),
+])
+def test_parse_class_budgets_errors_say_what_to_change(spec, match):
+  with pytest.raises(ValueError, match=match):
+    preferences.parse_class_budgets(spec, 10)
+
+
+def test_class_record_budgets_follow_the_labels():
+  labels = {"b": np.array([9, 0, 5, 4, 4]), "a": np.array([], dtype=np.int32),
+            "c": np.array([7], dtype=np.int64)}
+  budgets = preferences.class_record_budgets(
+      labels, preferences.parse_class_budgets("0-4:0.5,5-9:5", 10))
+  # Same shape as assign_record_budgets: client id -> float64 array, clients in order.
+  assert list(budgets) == ["b", "a", "c"]
+  np.testing.assert_array_equal(budgets["b"], [5.0, 0.5, 5.0, 0.5, 0.5])
+  assert budgets["a"].shape == (0,) and budgets["a"].dtype == np.float64
+  assert budgets["b"].dtype == np.float64 and budgets["c"].tolist() == [5.0]
+  # Every record of every client takes its own label's ε.
+  rng = np.random.default_rng(0)
+  big = {"x": rng.integers(0, 10, 1000)}
+  spec = {c: float(c + 1) for c in range(10)}
+  np.testing.assert_array_equal(preferences.class_record_budgets(big, spec)["x"],
+                                big["x"] + 1.0)
+
+
+def test_class_record_budgets_refuses_labels_without_a_budget():
+  with pytest.raises(ValueError, match=r"client 'a' has records of classes \[3\]"):
+    preferences.class_record_budgets({"a": np.array([0, 3])}, {0: 1.0, 1: 2.0})
+
+
+def test_class_groups_are_named_by_epsilon_most_private_first():
+  groups = preferences.class_groups(preferences.parse_class_budgets("0-1:5,2:0.1,3:5,4:1", 5))
+  assert groups == {2: "eps=0.1", 4: "eps=1", 0: "eps=5", 1: "eps=5", 3: "eps=5"}
+  # Equal ε: one group; order of first appearance = ascending ε.
+  assert list(dict.fromkeys(groups.values())) == ["eps=0.1", "eps=1", "eps=5"]
+  assert preferences.budget_group_name(0.5) == "eps=0.5"
+  assert preferences.budget_group_name(math.inf) == "eps=inf"
+  with pytest.raises(ValueError, match="both be reported as group 'eps=0.1'"):
+    preferences.class_groups({0: 0.1, 1: 0.1000001})
+
+
+def test_by_class_is_not_a_sampled_distribution():
+  assert preferences.BY_CLASS not in preferences.DISTRIBUTIONS

@@ -16,11 +16,22 @@ clients are added, and the same seed gives the same budgets bit for bit.
 * :class:`Groups`: fixed groups, e.g. the user-study splits of IDP-FedAvg
   (34-43-23 and 54-37-9 over ε 1-2-3).
 
+Data-dependent budgets (:data:`BY_CLASS`) are no distribution: every record
+takes the budget of its class, as when the owners of some classes ask for
+stronger protection (the setting of INO-SGD, whose more private groups get
+worse accuracy). :func:`parse_class_budgets` reads a spec such as
+``0-4:0.1,5-9:1``, :func:`class_record_budgets` assigns each record its
+class's ε (same shape as :func:`assign_record_budgets`), and
+:func:`class_groups` names each class's group ``eps=<ε>`` for per-group
+utility metrics (``tff_idp.training.group_metrics``).
+
 This module imports only NumPy.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -139,3 +150,135 @@ def assign_record_budgets(distribution, client_sizes: Mapping[str, int] | Sequen
     rng = np.random.default_rng([int(seed), index])
     out[cid] = distribution.sample(int(n), rng)
   return out
+
+
+# Budgets that follow the data (one ε per class): not in DISTRIBUTIONS, since
+# they are assigned from the labels rather than sampled.
+BY_CLASS = "by_class"
+
+_CLASS_ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?:\s*(\S+)\s*$")
+
+
+def parse_class_budgets(spec: str | Sequence[str], num_classes: int) -> dict[int, float]:
+  """``{class: ε}`` from a spec such as ``"0-4:0.1,5-9:1"`` (rPDP-FL, budgets by class).
+
+  Each item is ``<class>:<ε>`` or ``<first>-<last>:<ε>`` (an inclusive range
+  of classes). Every class 0 .. ``num_classes`` - 1 must get exactly one ε,
+  and every ε must be > 0 (``inf``: no privacy constraint).
+
+  Args:
+    spec: the comma-separated string, or its items (as absl's list flags give).
+    num_classes: the number of classes of the dataset.
+
+  Raises:
+    ValueError: saying what to change (syntax, class out of range, overlap,
+      missing classes, ε not > 0).
+  """
+  if num_classes < 1:
+    raise ValueError(f"num_classes={num_classes} must be >= 1.")
+  items = spec.split(",") if isinstance(spec, str) else list(spec)
+  items = [item for item in (str(i).strip() for i in items) if item]
+  def span(first: int, last: int) -> str:
+    return f"{first}" if first == last else f"{first}-{last}"
+
+  half = num_classes // 2
+  example = (f"e.g. {span(0, half - 1)}:0.1,{span(half, num_classes - 1)}:1"
+             if num_classes > 1 else "e.g. 0:1")
+  if not items:
+    raise ValueError(f"class budgets are empty; give one ε per class, {example}.")
+  out: dict[int, float] = {}
+  for item in items:
+    match = _CLASS_ITEM.match(item)
+    if match is None:
+      raise ValueError(f"class budget {item!r} is not <class>:<ε> or <first>-<last>:<ε> "
+                       f"({example}).")
+    first = int(match.group(1))
+    last = int(match.group(2)) if match.group(2) is not None else first
+    if first > last:
+      raise ValueError(f"class budget {item!r}: the range {first}-{last} is empty; write "
+                       f"it as {last}-{first}.")
+    if last >= num_classes:
+      raise ValueError(f"class budget {item!r}: class {last} does not exist; the dataset's "
+                       f"classes are 0-{num_classes - 1}.")
+    try:
+      epsilon = float(match.group(3))
+    except ValueError:
+      raise ValueError(f"class budget {item!r}: ε={match.group(3)!r} is not a number.") \
+          from None
+    if math.isnan(epsilon) or epsilon <= 0:
+      raise ValueError(f"class budget {item!r}: ε={epsilon!r} must be > 0 (use inf for "
+                       "classes without a privacy constraint).")
+    twice = [c for c in range(first, last + 1) if c in out]
+    if twice:
+      raise ValueError(f"class budget {item!r}: {_classes(twice)} already got a budget; "
+                       "give every class exactly one ε (remove the overlap).")
+    out.update({c: epsilon for c in range(first, last + 1)})
+  missing = [c for c in range(num_classes) if c not in out]
+  if missing:
+    raise ValueError(f"{_classes(missing)} got no budget; give every class "
+                     f"0-{num_classes - 1} an ε ({example}).")
+  return dict(sorted(out.items()))
+
+
+def _classes(classes: Sequence[int]) -> str:
+  """``[0, 1, 2, 5]`` -> ``"classes 0-2,5"``; ``[4]`` -> ``"class 4"``."""
+  parts, run = [], []
+  for c in sorted(classes):
+    if run and c != run[-1] + 1:
+      parts.append(run)
+      run = []
+    run.append(c)
+  parts.append(run)
+  text = ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in parts if r)
+  return f"class {text}" if len(classes) == 1 else f"classes {text}"
+
+
+def class_record_budgets(labels_by_client: Mapping[str, np.ndarray],
+                         class_budgets: Mapping[int, float]) -> dict[str, np.ndarray]:
+  """ε_ij = the budget of record j's label, for every client i (data-dependent budgets).
+
+  Returns the same shape as :func:`assign_record_budgets`: ``{client_id:
+  float64 array with one ε per record}``, in the clients' order.
+
+  Raises:
+    ValueError: when a label has no budget (naming the client and labels).
+  """
+  lookup = {int(c): float(e) for c, e in class_budgets.items()}
+  out = {}
+  for cid, labels in labels_by_client.items():
+    labels = np.asarray(labels).reshape(-1)
+    present = np.unique(labels).tolist()
+    missing = [c for c in present if int(c) not in lookup]
+    if missing:
+      raise ValueError(f"client {cid!r} has records of classes {missing} without a "
+                       "budget; give every class an ε.")
+    table = np.full(max([0] + [int(c) + 1 for c in present]), np.nan)
+    for c in present:
+      table[int(c)] = lookup[int(c)]
+    out[cid] = table[labels.astype(np.int64)] if labels.size else np.zeros(0)
+  return out
+
+
+def budget_group_name(epsilon: float) -> str:
+  """The name of the group of records with budget ε: ``eps=<ε:g>``, e.g. ``eps=0.1``."""
+  return f"eps={float(epsilon):g}"
+
+
+def class_groups(class_budgets: Mapping[int, float]) -> dict[int, str]:
+  """``{class: "eps=<ε>"}``: classes with equal ε form one group.
+
+  Ordered by (ε, class), so the groups appear from the most private one up
+  (``group_metrics.group_report`` keeps the order of first appearance).
+
+  Raises:
+    ValueError: when two different ε would get the same name.
+  """
+  order = sorted(class_budgets.items(), key=lambda t: (float(t[1]), int(t[0])))
+  names: dict[str, float] = {}
+  for _, epsilon in order:
+    name = budget_group_name(epsilon)
+    if names.setdefault(name, float(epsilon)) != float(epsilon):
+      raise ValueError(f"budgets {names[name]!r} and {float(epsilon)!r} would both be "
+                       f"reported as group {name!r}; make them differ in their first six "
+                       "significant digits.")
+  return {int(c): budget_group_name(e) for c, e in order}

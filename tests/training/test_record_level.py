@@ -146,3 +146,27 @@ def test_same_seed_draws_fresh_noise_unless_insecure_mode(tmp_path):
   np.testing.assert_array_equal(final_weights("debug1", True), final_weights("debug2", True))
   assert "NOT PRIVATE" in (tmp_path / "debug1" / "metrics.csv").read_text()
   assert "NOT PRIVATE" not in (tmp_path / "secret1" / "metrics.csv").read_text()
+
+
+@pytest.mark.usefixtures("tff_runtime")
+def test_extra_eval_metrics_are_release_columns(tmp_path):
+  """Per-group utility of the released model on held-out data goes to metrics.csv."""
+  fed = _federation()
+  params = TwoStageParams(2.0, 1, 2, 1.0, 1e-4)
+  plan = record_level.make_record_plan("ours", _budgets(fed), params, 1.0)
+
+  def evaluate(weights):
+    del weights
+    return {"loss": 1.0, "accuracy": 0.5, "acc/eps=0.1": 0.25, "recall/eps=0.1": 0.2,
+            "imbalance": 0.1, "not_written": 7.0}
+
+  record_level.run_record_level(_process(local_steps=1), fed, plan, 0, str(tmp_path),
+                                evaluate, eval_every=2, progress=False,
+                                eval_metrics=["acc/eps=0.1", "recall/eps=0.1", "imbalance"])
+  release = read_metrics(str(tmp_path / "metrics.csv"))
+  assert [r["eval_acc/eps=0.1"] for r in release] == [None, 0.25]  # evaluation rounds only
+  assert release[-1]["eval_recall/eps=0.1"] == 0.2 and release[-1]["eval_imbalance"] == 0.1
+  assert release[-1]["eval_accuracy"] == 0.5
+  assert "eval_not_written" not in release[-1] and "not_written" not in release[-1]
+  diagnostics = (tmp_path / "diagnostics.csv").read_text().splitlines()[0]
+  assert "eval_" not in diagnostics

@@ -102,6 +102,10 @@ class RoundDriver:
       so that client seeds derived from it continue exactly. When it is the
       insecure reproducible kind, every output row is labelled NOT PRIVATE.
     release_only: write no diagnostics (un-noised statistics) at all.
+    eval_metrics: further keys of ``evaluate_fn``'s result (e.g. the
+      per-group accuracies of ``tff_idp.training.group_metrics``), written
+      like loss and accuracy as release columns ``eval_<key>``: they
+      evaluate the released model on held-out data (post-processing).
   """
   process: Any
   sampler: PoissonClientSampler
@@ -120,6 +124,7 @@ class RoundDriver:
   record_accountant: Optional[Any] = None
   privacy_randomness: Optional[PrivacyRandomness] = None
   release_only: bool = False
+  eval_metrics: Sequence[str] = ()
 
   def __post_init__(self):
     if self.eval_every < 1 or self.checkpoint_every < 1:
@@ -137,6 +142,7 @@ class RoundDriver:
   def _fields(self) -> tuple[list[str], Optional[list[str]]]:
     """(release columns, diagnostic columns or None in release-only mode)."""
     release = RELEASE_FIELDS + [f"epsilon_{g}" for g in self.group_names]
+    release += [f for f in self._eval_columns() if f not in release]
     diagnostics = list(DIAGNOSTIC_FIELDS)
     if self.record_accountant is not None:
       diagnostics += RECORD_LEVEL_FIELDS
@@ -146,6 +152,9 @@ class RoundDriver:
       else:
         release += ledger_fields
     return release, (None if self.release_only else diagnostics)
+
+  def _eval_columns(self) -> list[str]:
+    return [f"eval_{k}" for k in self.eval_metrics]
 
   @property
   def _privacy_warning(self) -> Optional[str]:
@@ -245,6 +254,8 @@ class RoundDriver:
           result = self.evaluate_fn(self.process.get_model_weights(state))
           row["eval_loss"] = result.get("loss")
           row["eval_accuracy"] = result.get("accuracy")
+          for key, column in zip(self.eval_metrics, self._eval_columns()):
+            row[column] = result.get(key)
         row["seconds"] = time.perf_counter() - t0
         writer.write(row)
         rows.append(row)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -172,7 +172,8 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
                      eval_every: int = 5, checkpoint_every: int = 5,
                      progress: bool = True, fingerprint: Any = None,
                      insecure_reproducible_noise: bool = False,
-                     release_only: bool = False):
+                     release_only: bool = False,
+                     eval_metrics: Sequence[str] = ()):
   """Runs (or resumes) one seed of a record-level method; returns (state, rows, accountant).
 
   Args:
@@ -180,6 +181,10 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
       private unless ``insecure_reproducible_noise`` (NOT PRIVATE, debugging
       only) derives the privacy randomness from it.
     release_only: write no diagnostics (un-noised statistics).
+    eval_metrics: keys of ``evaluate_fn``'s result besides loss and accuracy
+      (e.g. per-group accuracy, ``tff_idp.training.group_metrics``), written
+      to ``metrics.csv`` as ``eval_<key>``: the released model's evaluation
+      on held-out data is release, not diagnostics.
   """
   accountant = plan.new_accountant()
   client_ids = federation.client_ids
@@ -196,6 +201,7 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
                        dataclasses.asdict(plan.params), run_seed, _rates_digest(plan),
                        fingerprint, insecure_reproducible_noise],
       padding_input_fn=empty_input_fn(federation), record_accountant=accountant,
-      privacy_randomness=randomness, release_only=release_only)
+      privacy_randomness=randomness, release_only=release_only,
+      eval_metrics=tuple(eval_metrics))
   state, rows = driver.run(plan.params.rounds)
   return state, rows, accountant
