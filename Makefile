@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_cohort_variation
 	$(PY) -m benchmarks.bench_dp_step
 	$(PY) -m benchmarks.bench_scf
+	$(PY) -m benchmarks.bench_ino_step
 
 clean:
 	rm -rf $(VENV) runs

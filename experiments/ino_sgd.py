@@ -120,9 +120,10 @@ METHODS = ("idp_sgd", "drop", "ino_sgd")
 _PRESET = flags.DEFINE_enum("preset", "embedded", list(PRESETS), "The setting (module doc).")
 _METHODS = flags.DEFINE_list("methods", list(METHODS),
                              "Among idp_sgd, drop (one run per --drop_percents), ino_sgd.")
-_DROP = flags.DEFINE_list("drop_percents", ["10", "30"],
+_DROP = flags.DEFINE_list("drop_percents", ["10", "30", "50"],
                           "Drop x%: percentages of the less private owners' records removed.")
-_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Training seeds (results averaged).")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2", "3", "4"],
+                            "Training seeds (results averaged; the paper uses 5 repeats).")
 _STEPS = flags.DEFINE_integer("steps", None, "T (default: the preset's).")
 _BATCH = flags.DEFINE_float("expected_batch", None,
                             "b = Σ_n q_n|D_n|, the expected batch (default: the preset's).")
