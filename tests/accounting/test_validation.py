@@ -209,6 +209,7 @@ def test_accounting_does_not_import_tensorflow():
           "tff_idp.accounting.scale, tff_idp.calibrate, tff_idp.accounting.rdp_two_stage, "
           "tff_idp.accounting.scf, tff_idp.accounting.record_calibration, "
           "tff_idp.accounting.binary_search, tff_idp.accounting.record_ledger, "
+          "tff_idp.accounting.owner_plan, tff_idp.training.group_metrics, "
           "tff_idp.preferences; "
           "bad = [m for m in sys.modules if m.split('.')[0] in "
           "('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')]; "
