@@ -451,11 +451,10 @@ def main(argv):
     if cfg["expected_batch"] > len(data.y):
       raise ValueError(f"--expected_batch={cfg['expected_batch']:g} exceeds the "
                        f"{len(data.y)} records; lower it.")
-    # Fail before training if any plan is infeasible (e.g. an owner with no records).
-    for _, kind, drop in method_runs(cfg["methods"], cfg["drop_percents"])[:1]:
-      owner_plan.plan_owners(cfg["epsilons"], np.bincount(owners, minlength=len(cfg["epsilons"])),
-                             cfg["delta"], cfg["steps"], cfg["expected_batch"],
-                             cfg["clip_norm"], cfg["mechanism"])
+    # Fail before any training if the undropped plan is infeasible.
+    owner_plan.plan_owners(cfg["epsilons"], np.bincount(owners, minlength=len(cfg["epsilons"])),
+                           cfg["delta"], cfg["steps"], cfg["expected_batch"], cfg["clip_norm"],
+                           cfg["mechanism"])
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -44,18 +44,14 @@ def tff_model_fn(keras_builder: Callable[[], tf.keras.Model],
   return model_fn
 
 
-def build_rpdp_mnist_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
-                         seed: int = 0) -> tf.keras.Model:
-  """The two-layer CNN of rPDP-FL Table 1 (MNIST, 26,010 trainable parameters).
-
-  Conv(16, 8×8, stride 2, pad 3) → MaxPool(2, stride 1) → Conv(32, 4×4,
-  stride 2) → MaxPool(2, stride 1) → Dense 32 → Dense ``num_classes`` (logits),
-  all with tanh, as in Opacus' MNIST example that the paper's code uses.
-  """
+def _tanh_mnist_cnn(padding: int, input_shape, num_classes: int,
+                    seed: int) -> tf.keras.Model:
+  """Conv(16, 8×8, s2, pad ``padding``) → MaxPool(2, s1) → Conv(32, 4×4, s2) → MaxPool(2, s1)
+  → Dense 32 → Dense ``num_classes`` (logits), tanh throughout (Opacus' MNIST example)."""
   init = tf.keras.initializers.GlorotUniform
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=input_shape),
-      tf.keras.layers.ZeroPadding2D(3),
+      tf.keras.layers.ZeroPadding2D(padding),
       tf.keras.layers.Conv2D(16, 8, strides=2, activation="tanh",
                              kernel_initializer=init(seed)),
       tf.keras.layers.MaxPool2D(2, strides=1),
@@ -66,6 +62,17 @@ def build_rpdp_mnist_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
       tf.keras.layers.Dense(32, activation="tanh", kernel_initializer=init(seed + 2)),
       tf.keras.layers.Dense(num_classes, kernel_initializer=init(seed + 3)),
   ])
+
+
+def build_rpdp_mnist_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
+                         seed: int = 0) -> tf.keras.Model:
+  """The two-layer CNN of rPDP-FL Table 1 (MNIST, 26,010 trainable parameters).
+
+  Conv(16, 8×8, stride 2, pad 3) → MaxPool(2, stride 1) → Conv(32, 4×4,
+  stride 2) → MaxPool(2, stride 1) → Dense 32 → Dense ``num_classes`` (logits),
+  all with tanh, as in Opacus' MNIST example that the paper's code uses.
+  """
+  return _tanh_mnist_cnn(3, input_shape, num_classes, seed)
 
 
 def build_idp_fedavg_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
@@ -112,20 +119,7 @@ def build_pc_mnist_cnn(input_shape=(28, 28, 1), num_classes: int = 10,
   throughout. It differs from :func:`build_rpdp_mnist_cnn` only in the first
   padding (2, not 3); both flatten to 512 features on 28×28 inputs.
   """
-  init = tf.keras.initializers.GlorotUniform
-  return tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=input_shape),
-      tf.keras.layers.ZeroPadding2D(2),
-      tf.keras.layers.Conv2D(16, 8, strides=2, activation="tanh",
-                             kernel_initializer=init(seed)),
-      tf.keras.layers.MaxPool2D(2, strides=1),
-      tf.keras.layers.Conv2D(32, 4, strides=2, activation="tanh",
-                             kernel_initializer=init(seed + 1)),
-      tf.keras.layers.MaxPool2D(2, strides=1),
-      tf.keras.layers.Flatten(),
-      tf.keras.layers.Dense(32, activation="tanh", kernel_initializer=init(seed + 2)),
-      tf.keras.layers.Dense(num_classes, kernel_initializer=init(seed + 3)),
-  ])
+  return _tanh_mnist_cnn(2, input_shape, num_classes, seed)
 
 
 def build_pc_cifar_cnn(input_shape=(32, 32, 3), num_classes: int = 10, rescale: float = 1.0,
