@@ -48,6 +48,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from tff_idp.errors import TffIdpError
+
 DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".tff")
 
 EMNIST_URL = "https://storage.googleapis.com/tff-datasets-public/emnist_all.sqlite.lzma"
@@ -60,11 +62,11 @@ CIFAR10_LABELS = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog"
 DIGIT_LABELS = tuple(str(d) for d in range(10))
 
 
-class SourceNotFoundError(FileNotFoundError):
+class SourceNotFoundError(TffIdpError, FileNotFoundError):
   """No local copy of a dataset source (and downloading was not allowed)."""
 
 
-class SourceFormatError(ValueError):
+class SourceFormatError(TffIdpError, ValueError):
   """A source file exists but is not what it should be."""
 
 

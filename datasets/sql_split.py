@@ -31,12 +31,14 @@ from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
+from tff_idp.errors import TffIdpError
+
 # feature key -> (wire kind, shape)
 IMAGE_FEATURES = {"image": ("int64", (32, 32, 3)), "label": ("int64", ())}
 PIXEL_FEATURES = {"label": ("int64", ()), "pixels": ("float", (28, 28))}
 
 
-class SplitFormatError(ValueError):
+class SplitFormatError(TffIdpError, ValueError):
   """A split file is corrupt, truncated, or not the split it should be."""
 
 

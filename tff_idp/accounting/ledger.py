@@ -18,9 +18,10 @@ import numpy as np
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from tff_idp.accounting import exact
+from tff_idp.errors import TffIdpError
 
 
-class BudgetExhaustedError(RuntimeError):
+class BudgetExhaustedError(TffIdpError, RuntimeError):
   """Raised before a round that would run past the calibrated number of rounds."""
 
 

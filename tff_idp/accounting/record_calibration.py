@@ -32,6 +32,7 @@ import numpy as np
 from tff_idp.accounting import rdp_two_stage
 from tff_idp.accounting import scf
 from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.errors import TffIdpError
 
 METHODS = ("scf", "binary_search", "exact")
 #: Smallest positive rate the exact inverse considers; budgets that need less
@@ -42,7 +43,7 @@ MIN_RATE = 1e-7
 _BISECTION_STEPS = 12  # 1.6% bracket → 4e-6 relative in q
 
 
-class RecordBudgetError(ValueError):
+class RecordBudgetError(TffIdpError, ValueError):
   """A per-record budget is invalid (≤ 0 or NaN)."""
 
 

@@ -27,6 +27,7 @@ from tff_idp.accounting import exact
 from tff_idp.accounting import fast_rdp
 from tff_idp.accounting import validation
 from tff_idp.accounting.search import largest_feasible
+from tff_idp.errors import TffIdpError
 
 # A budget that needs σ above this is reported as infeasible rather than
 # returned: such a run would learn nothing.
@@ -37,7 +38,7 @@ MIN_SAMPLING_RATE = 1e-9
 _SEARCH_PLD_DISCRETIZATION = 3e-3
 
 
-class InfeasibleBudgetError(ValueError):
+class InfeasibleBudgetError(TffIdpError, ValueError):
   """A privacy budget cannot be met with any sensible parameter."""
 
 

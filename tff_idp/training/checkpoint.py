@@ -17,11 +17,13 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
+from tff_idp.errors import TffIdpError
+
 _NAME = "ckpt_{:06d}"
 _PATTERN = re.compile(r"ckpt_(\d{6})\.json$")
 
 
-class CheckpointMismatchError(RuntimeError):
+class CheckpointMismatchError(TffIdpError, RuntimeError):
   """A checkpoint does not belong to the run that tries to resume from it."""
 
 
