@@ -46,6 +46,7 @@ from absl import flags
 from absl import logging as absl_logging
 import numpy as np
 
+from experiments import cli
 from experiments import privacy_flags
 from tff_idp import filter_gd  # its TensorFlow parts import TF lazily
 from tff_idp import preferences
@@ -506,6 +507,7 @@ def parse_config() -> dict:
   }
 
 
+@cli.entry
 def main(argv):
   del argv
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
@@ -529,8 +531,7 @@ def main(argv):
     return 2
   privacy_flags.announce()
   warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
-  out_dir = _OUTPUT_DIR.value
-  os.makedirs(out_dir, exist_ok=True)
+  out_dir = cli.prepare_output_dir(_OUTPUT_DIR.value)
   budgets = preferences.assign_record_budgets(cfg["distribution"], [len(silo.y)],
                                               cfg["budget_seed"])["0"]
   print(f"silo: {silo.name}, {len(silo.test_y)} test; δ={cfg['delta']:g}, "

@@ -31,6 +31,7 @@ from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training import group_metrics
+from tff_idp.training import paired_stats
 from tff_idp.training import privacy_plan
 from tff_idp.training.driver import RoundDriver
 from tff_idp.training.metrics import read_metrics
@@ -63,6 +64,12 @@ class TrainingConfig:
   insecure_reproducible_noise: bool = False
   # Write no diagnostics (un-noised statistics) at all.
   release_only: bool = False
+  # σ_b, the noise std of the adaptive clip's count bit (Andrew et al. 2021,
+  # IDP-FedAvg Alg. 2). None: 0.05·c (``aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION``
+  # times each run's expected clients per round). The ledger charges σ, the
+  # total multiplier; the value noise z_Δ is derived from σ and σ_b so the
+  # pair composes to σ, so any σ_b > σ/2 is accounted.
+  clipped_count_stddev: Optional[float] = None
 
 
 def build_optimizer(name: str, lr: float) -> tff.learning.optimizers.Optimizer:
@@ -147,19 +154,63 @@ def validate(config: TrainingConfig, num_clients: int) -> None:
         spec, config.budgets, num_clients, config.clients_per_round, config.rounds,
         config.delta, config.accountant, config.seeds[0], config.allow_overrun,
         config.max_rate)
-    if plan.noise_multiplier is not None:
-      # Adaptive clipping needs σ < 2σ_b (raises with advice otherwise).
-      aggregators.value_noise_multiplier(
-          plan.noise_multiplier,
-          aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION
-          * plan.expected_clients_per_round)
+    # Adaptive clipping needs σ < 2σ_b (raises with advice otherwise).
+    noise_split(config, plan, spec.name)
+
+
+def clipped_count_stddev(config: TrainingConfig, plan: privacy_plan.PrivacyPlan) -> float:
+  """σ_b of one run: ``config.clipped_count_stddev``, or 0.05·c when None.
+
+  c is the run's expected clients per round (``plan.expected_clients_per_round``),
+  the normaliser of the adaptive clip's count (Andrew et al. 2021 use σ_b = c/20).
+  """
+  if config.clipped_count_stddev is not None:
+    return float(config.clipped_count_stddev)
+  return aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION * plan.expected_clients_per_round
+
+
+def noise_split(config: TrainingConfig, plan: privacy_plan.PrivacyPlan,
+                run_name: str = "") -> tuple[Optional[float], Optional[float]]:
+  """(σ_b, z_Δ) of one run; (None, None) for a non-private run.
+
+  σ = ``plan.noise_multiplier`` is the overall multiplier the ledger charges
+  (Alg. 1's σ_SAMPLE, or SCALE's shared σ). Adaptive clipping spends part of
+  it on the clip's count bit (noise σ_b), so the clipped-update sum gets the
+  value multiplier z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2) >= σ (Andrew et al. Thm. 1,
+  ``aggregators.value_noise_multiplier``). Raises ValueError (naming the run
+  and the flag) when σ >= 2σ_b.
+  """
+  if plan.noise_multiplier is None:
+    return None, None
+  sigma_b = clipped_count_stddev(config, plan)
+  if not (sigma_b > 0 and math.isfinite(sigma_b)):
+    raise ValueError(f"--clipped_count_stddev={sigma_b} must be a finite number > 0.")
+  try:
+    z_value = aggregators.value_noise_multiplier(plan.noise_multiplier, sigma_b)
+  except ValueError as e:
+    default = ("" if config.clipped_count_stddev is not None else
+               f" (the default 0.05·c = {sigma_b:.4g})")
+    raise ValueError(
+        f"run {run_name or plan.spec.name}: σ={plan.noise_multiplier:.4g} needs "
+        f"--clipped_count_stddev > σ/2 = {plan.noise_multiplier / 2:.4g}, got "
+        f"σ_b={sigma_b:.4g}{default}; raise --clipped_count_stddev or "
+        f"--clients_per_round. ({e})") from None
+  return sigma_b, z_value
 
 
 def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
             test_x: np.ndarray, test_y: np.ndarray,
             aggregator_kwargs: Optional[dict] = None,
             eval_batch_size: Optional[int] = None) -> list[dict]:
-  """Runs every (run spec, seed); returns one summary row per run spec."""
+  """Runs every (run spec, seed); returns one summary row per run spec.
+
+  Each row holds the plan summary (σ, σ_b, z_Δ, rates), the per-seed final
+  accuracies in ``config.seeds`` order, their mean and sd, and ``paired``:
+  the paired comparison with its reference row (``reference_runs``), or None.
+  """
+  if aggregator_kwargs and "clipped_count_stddev" in aggregator_kwargs:
+    raise ValueError("set TrainingConfig.clipped_count_stddev (--clipped_count_stddev), "
+                     "not aggregator_kwargs['clipped_count_stddev'].")
   client_ids = list(train_data.client_ids)
   specs = [privacy_plan.parse_run_spec(r, config.ratios, len(config.budgets))
            for r in config.runs]
@@ -173,7 +224,9 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
           spec, config.budgets, len(client_ids), config.clients_per_round,
           config.rounds, config.delta, config.accountant, seed,
           config.allow_overrun, config.max_rate)
-      plan_summary = plan.summary()
+      sigma_b, z_value = noise_split(config, plan)
+      plan_summary = dict(plan.summary(), clipped_count_stddev=sigma_b,
+                          value_noise_multiplier=z_value)
       if process is None:
         process = build_idp_fedavg_process(
             model_fn,
@@ -183,7 +236,8 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
             noise_multiplier=plan.noise_multiplier,
             expected_clients_per_round=plan.expected_clients_per_round,
             per_client_clip_scale=plan.client_clip_scales is not None,
-            aggregator_kwargs=dict(aggregator_kwargs or {}, **plan.aggregator_kwargs())
+            aggregator_kwargs=dict(aggregator_kwargs or {}, **plan.aggregator_kwargs(),
+                                   clipped_count_stddev=sigma_b)
             if plan.noise_multiplier is not None else None)
       scales = (dict(zip(client_ids, plan.client_clip_scales.tolist()))
                 if plan.client_clip_scales is not None else None)
@@ -213,14 +267,56 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
       histories.append(history)
       finals.append(history[-1]["eval_accuracy"])
       eps_spent = plan.ledger.spent() if plan.ledger is not None else None
-    results.append(dict(plan_summary, final_accuracies=finals,
+    results.append(dict(plan_summary, seeds=list(config.seeds), final_accuracies=finals,
                         mean_accuracy=float(np.mean(finals)),
-                        std_accuracy=float(np.std(finals)),
+                        std_accuracy=float(np.std(finals, ddof=1)) if len(finals) > 1
+                        else 0.0,
                         epsilon_spent=list(eps_spent) if eps_spent else None,
                         history=[[r["round"], r["eval_accuracy"]] for r in histories[0]
                                  if r["eval_accuracy"] is not None]))
+  add_paired_comparisons(results)
   write_summary(config, results)
   return results
+
+
+def reference_runs(names: Sequence[str]) -> dict[str, Optional[str]]:
+  """The row each run is compared with (paired over seeds) in the table.
+
+  The paper's ordering (IDP-FedAvg Table I) is read down the ``--runs``
+  list: each run is compared with the nearest earlier non-SCALE run
+  (nonprivate − 0-0-100, 0-0-100 − 34-43-23, ...). A SCALE run
+  ``scale-X`` is compared with the SAMPLE run ``X`` when present (Sec. VI:
+  individual sampling beats noise scaling), else like any other run. The
+  first run has no reference (None).
+  """
+  refs: dict[str, Optional[str]] = {}
+  previous: Optional[str] = None
+  for name in names:
+    is_scale = name.startswith("scale-")
+    twin = name[len("scale-"):] if is_scale else None
+    refs[name] = twin if twin in names else previous
+    if not is_scale:
+      previous = name
+  return refs
+
+
+def add_paired_comparisons(results: list[dict]) -> None:
+  """Adds ``paired`` (a dict, or None) to every row: reference − this run.
+
+  A paired t-test over the seeds (``tff_idp.training.paired_stats``): pairs
+  share the seed, i.e. model init and data order; noise and sampling are
+  fresh per run. H1: the reference is more accurate.
+  """
+  by_name = {r["run"]: r for r in results}
+  refs = reference_runs([r["run"] for r in results])
+  for r in results:
+    ref = refs[r["run"]]
+    if ref is None:
+      r["paired"] = None
+      continue
+    a = by_name[ref]
+    r["paired"] = paired_stats.paired_comparison(
+        a["final_accuracies"], r["final_accuracies"], a=ref, b=r["run"]).to_dict()
 
 
 def _fingerprint_config(config: TrainingConfig) -> dict:
@@ -253,16 +349,50 @@ class _ProcessWithSecretNoise:
 
 
 def format_table(config: TrainingConfig, results: list[dict]) -> str:
+  """The results as a markdown table, with a paired comparison per row.
+
+  Columns: σ (the overall noise multiplier the ledger charges), z_Δ (the
+  multiplier actually added to the clipped-update sum once adaptive clipping
+  has taken its share, see ``noise_split``), the per-group sampling rates q
+  (Alg. 1), accuracy mean ± sd over the seeds, and ``paired Δ``: reference −
+  this run in accuracy points with its 95% t-interval and one-sided p
+  (``add_paired_comparisons``). A footnote names the test and n.
+  """
+  if any("paired" not in r for r in results):
+    results = [dict(r) for r in results]
+    add_paired_comparisons(results)
+  n = len(config.seeds)
   budgets = "-".join(f"{b:g}" for b in config.budgets)
-  head = (f"| distribution (ε {budgets}) | σ | q per group | E[clients/round] | "
-          f"accuracy (mean ± sd over {len(config.seeds)} seed(s)) |")
-  lines = [head, "|---|---|---|---|---|"]
+  head = (f"| distribution (ε {budgets}) | σ | z_Δ | q per group | E[clients/round] | "
+          f"accuracy % (mean ± sd, {n} seed(s)) | paired Δ = ref − this "
+          f"(points, 95% CI, one-sided p) | separated |")
+  lines = [head, "|---|---|---|---|---|---|---|---|"]
   for r in results:
     sigma = "—" if r["noise_multiplier"] is None else f"{r['noise_multiplier']:.4f}"
-    qs = ", ".join(f"{q:.5f}" if n else "·" for q, n in
+    z_value = r.get("value_noise_multiplier")
+    z_text = "—" if z_value is None else f"{z_value:.4f}"
+    qs = ", ".join(f"{q:.5f}" if size else "·" for q, size in
                    zip(r["group_rates"], r["group_sizes"]))
-    lines.append(f"| {r['run']} | {sigma} | {qs} | {r['expected_clients_per_round']:.2f} | "
-                 f"{100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} |")
+    pair = r.get("paired")
+    if pair is None:
+      pair_text, separated = "—", "—"
+    else:
+      pair_text = (f"vs {pair['a']}: "
+                   + paired_stats.PairedComparison.from_dict(pair).format())
+      separated = "—" if pair["n"] < 2 else ("yes" if pair["separated"] else "no")
+    lines.append(f"| {r['run']} | {sigma} | {z_text} | {qs} | "
+                 f"{r['expected_clients_per_round']:.2f} | "
+                 f"{100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} | "
+                 f"{pair_text} | {separated} |")
+  sigma_b = ("0.05·c" if config.clipped_count_stddev is None
+             else f"{config.clipped_count_stddev:g}")
+  lines += [
+      "",
+      f"paired Δ: {paired_stats.TEST_NAME} of the final accuracies, n={n} seed(s), "
+      f"df={max(n - 1, 0)}; pairs share the seed (model init, data order); noise and "
+      "sampling are fresh per run. p is one-sided (H1: ref more accurate); "
+      "separated = the 95% CI lies above 0. "
+      f"z_Δ: value noise multiplier for σ_b={sigma_b} (--clipped_count_stddev)."]
   if config.insecure_reproducible_noise:
     lines = [f"**{NOT_PRIVATE_LABEL}** (--insecure_reproducible_noise)", ""] + lines
   return "\n".join(lines)

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from datasets import synthetic
+from experiments import cli
 from experiments import common
 from experiments import privacy_flags
 from tff_idp import models
@@ -70,17 +71,24 @@ _MODEL = flags.DEFINE_enum("model", "logreg", ["logreg", "mlp"],
                            "Multinomial logistic regression or a 64-unit MLP.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+_CLIPPED_COUNT_STDDEV = flags.DEFINE_float(
+    "clipped_count_stddev", None,
+    "σ_b, noise std of the adaptive clip's count bit (Andrew et al. 2021). Default: "
+    "0.05·c (c = each run's expected clients per round). Needs σ_b > σ/2; the "
+    "value noise z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2) shrinks toward σ as σ_b grows, the "
+    "clip's estimate gets noisier. Accounted either way: the ledger charges σ.")
 privacy_flags.define()
 
 
+@cli.entry
 def main(argv):
   del argv
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
   config = common.TrainingConfig(
-      budgets=[float(b) for b in _BUDGETS.value],
-      ratios=[float(r) for r in _RATIOS.value],
-      runs=_RUNS.value, seeds=[int(s) for s in _SEEDS.value],
+      budgets=cli.float_list("budgets"),
+      ratios=cli.float_list("ratios"),
+      runs=_RUNS.value, seeds=cli.int_list("seeds"),
       rounds=_ROUNDS.value, clients_per_round=_CLIENTS_PER_ROUND.value,
       local_epochs=_LOCAL_EPOCHS.value, batch_size=_BATCH_SIZE.value,
       client_learning_rate=_CLIENT_LR.value, server_learning_rate=_SERVER_LR.value,
@@ -90,8 +98,10 @@ def main(argv):
       allow_overrun=_ALLOW_OVERRUN.value, max_rate=_MAX_RATE.value,
       progress=_PROGRESS.value,
       insecure_reproducible_noise=privacy_flags.insecure(),
-      release_only=privacy_flags.release_only())
+      release_only=privacy_flags.release_only(),
+      clipped_count_stddev=_CLIPPED_COUNT_STDDEV.value)
   privacy_flags.announce()
+  config.output_dir = cli.prepare_output_dir(config.output_dir)
   try:
     data_config = synthetic.SyntheticConfig(
         num_clients=_NUM_CLIENTS.value, alpha=_ALPHA.value, beta=_BETA.value,

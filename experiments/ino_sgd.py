@@ -58,6 +58,7 @@ from absl import flags
 from absl import logging as absl_logging
 import numpy as np
 
+from experiments import cli
 from experiments import privacy_flags
 from tff_idp.accounting import owner_plan
 from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
@@ -438,6 +439,7 @@ def parse_config() -> dict:
   return cfg
 
 
+@cli.entry
 def main(argv):
   del argv
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
@@ -460,8 +462,7 @@ def main(argv):
     return 2
   privacy_flags.announce()
   warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
-  out_dir = _OUTPUT_DIR.value
-  os.makedirs(out_dir, exist_ok=True)
+  out_dir = cli.prepare_output_dir(_OUTPUT_DIR.value)
   names = cfg["owner_names"]
   class_groups = {c: names[n] for n, classes in enumerate(preset.owners) for c in classes}
   owners_text = ", ".join(f"{g}: ε={e:g} ({int(np.sum(owners == n))} records)"

@@ -42,6 +42,7 @@ from absl import logging as absl_logging
 from datasets import loader
 from datasets import sources
 from datasets import specs
+from experiments import cli
 from experiments import privacy_flags
 from tff_idp.accounting import exact
 
@@ -170,12 +171,9 @@ _FLAG_NAMES = frozenset([
 def _config(p: PaperPreset, v: dict):
   """The `experiments.common.TrainingConfig` of these flag values."""
   from experiments import common  # pylint: disable=g-import-not-at-top
-  try:
-    budgets = [float(b) for b in v["budgets"]]
-    ratios = [float(r) for r in v["ratios"]]
-    seeds = [int(s) for s in v["seeds"]]
-  except ValueError as e:
-    raise ValueError(f"--budgets, --ratios and --seeds take numbers ({e}).") from None
+  budgets = [cli.parse_item("budgets", b, cli.LIST_RULES["budgets"]) for b in v["budgets"]]
+  ratios = [cli.parse_item("ratios", r, cli.LIST_RULES["ratios"]) for r in v["ratios"]]
+  seeds = [cli.parse_item("seeds", s, cli.LIST_RULES["seeds"]) for s in v["seeds"]]
   suffix = f"-{v['comparison']}" if v.get("comparison") else ""
   out = v["output_dir"] or os.path.join("runs", f"{p.dataset}-{v['partition']}{suffix}")
   return common.TrainingConfig(
@@ -250,6 +248,7 @@ def run(p: PaperPreset) -> int:
   try:
     config = _config(p, v)
     privacy_flags.announce()
+    config.output_dir = cli.prepare_output_dir(config.output_dir)
     expected_k = split.num_clients if split is not None else pending[2]
     common.validate(config, expected_k)
     if split is None:
@@ -300,4 +299,4 @@ def main(p: PaperPreset) -> None:
   """
   import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   from experiments import common  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  app.run(lambda argv: run(p))
+  app.run(cli.entry(lambda argv: run(p)))

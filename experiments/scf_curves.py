@@ -30,6 +30,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from experiments import cli
 from tff_idp.accounting import rdp_two_stage
 from tff_idp.accounting import scf
 from tff_idp.accounting.rdp_two_stage import THREAT_MODELS
@@ -182,16 +183,17 @@ def format_table(report: dict) -> str:
   return "\n".join(lines)
 
 
+@cli.entry
 def main(argv) -> int:
   if len(argv) > 1:
     print(f"error: unexpected arguments {argv[1:]}", file=sys.stderr)
     return 2
   f = flags.FLAGS
   try:
-    report = run(sigmas=[float(s) for s in f.sigmas], rounds=f.rounds,
+    report = run(sigmas=cli.float_list("sigmas"), rounds=f.rounds,
                  local_steps=f.local_steps, client_rate=f.client_rate, delta=f.delta,
                  threat_model=f.threat_model, out=f.out, curve_sigma=f.curve_sigma,
-                 curve_rates=[float(q) for q in f.curve_rates])
+                 curve_rates=cli.float_list("curve_rates"))
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -65,11 +65,11 @@ def test_centralized_compares_scf_binary_search_and_filter(tmp_path):
 BAD_FLAGS = [
     (["--methods=scf,bogus"], "bogus"),
     (["--methods="], "nothing"),
-    (["--steps=0"], r"--steps=0 must be >= 1"),
+    (["--steps=0"], r"--steps=0: DP-SGD steps must be an integer >= 1"),
     (["--noise_multiplier=0"], "noise_multiplier"),
     (["--delta=2"], "delta"),
-    (["--levels=0,1,5"], "must be > 0"),
-    (["--levels=a,b,c"], "must be numbers"),
+    (["--levels=0,1,5"], r"--levels=0,1,5: item 0 is out of range; each item \(ε levels\) must be a number > 0"),
+    (["--levels=a,b,c"], r"--levels: 'a' is not a number"),
     (["--level_ratios=0.5,0.2,0.1"], "sum to"),
     (["--clip_norm=-1"], "clip_norm"),
     (["--learning_rate=0"], "learning_rate"),
@@ -100,4 +100,4 @@ def test_flag_checks_need_no_tensorflow(bad_flag_results):
 def test_command_line_bad_flag_exits_2(tmp_path):
   proc = _run(["--steps=-3"], tmp_path, timeout=120)
   assert proc.returncode == 2, proc.stderr[-2000:]
-  assert "error: --steps=-3 must be >= 1" in proc.stderr
+  assert "error: --steps=-3: DP-SGD steps must be an integer >= 1" in proc.stderr

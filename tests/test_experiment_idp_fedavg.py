@@ -44,7 +44,7 @@ def test_main_job_runs_every_mode_and_reports_spent_budget(tmp_path):
     (["--runs=foo:1-2"], "mode must be idp or scale"),
     (["--runs=10-90", "--budgets=1,2,3"], "one percentage per budget"),
     (["--clients_per_round=500", "--num_clients=100"], "exceeds num_clients"),
-    (["--budgets=0,1", "--runs=50-50", "--ratios=0.5,0.5"], "must be > 0"),
+    (["--budgets=0,1", "--runs=50-50", "--ratios=0.5,0.5"], "item 0 is out of range.*must be a number > 0"),
     (["--delta=1.5"], "delta"),
 ])
 def test_bad_flags_fail_fast_with_advice(args, match, tmp_path):

@@ -92,12 +92,12 @@ def test_rpdp_by_class_budgets_report_per_group_utility(tmp_path):
 # Every bad flag set is checked by calling main() in ONE subprocess (one
 # TensorFlow import for all of them); each must exit 2 with advice, fast.
 BAD_FLAGS = [
-    (["--client_rate=1.5"], r"client_rate \(λ\)"),
+    (["--client_rate=1.5"], r"client sampling rate λ must be a finite number > 0 and <= 1"),
     (["--noise_multiplier=0"], "noise_multiplier"),
     (["--delta=2"], "delta"),
     (["--methods=ours,bogus"], "bogus"),
     (["--methods="], "nothing"),
-    (["--levels=0,1,5"], "must be > 0"),
+    (["--levels=0,1,5"], "item 0 is out of range.*must be a number > 0"),
     (["--level_ratios=0.5,0.2,0.1"], "sum to"),
     (["--clip_norm=-1"], "clip_norm"),
     (["--local_steps=0"], "local_steps"),

@@ -50,8 +50,8 @@ def test_cli_writes_png_json_and_table(tmp_path):
 
 
 def test_cli_bad_flags_fail_fast(tmp_path):
-  for args, match in ((["--sigmas=0,1"], "noise_multiplier=0.0 must be a finite number > 0"),
-                      (["--client_rate=1.5"], r"client_rate (λ)=1.5 must lie in (0, 1]"),
+  for args, match in ((["--sigmas=0,1"], "--sigmas=0,1: item 0 is out of range"),
+                      (["--client_rate=1.5"], "--client_rate=1.5: client sampling rate λ must be a finite number > 0 and <= 1"),
                       (["--curve_rates=0,0.5"], "--curve_rates")):
     proc = _cli(args + [f"--out={tmp_path}"])
     assert proc.returncode == 2, (args, proc.stderr[-2000:])

@@ -238,3 +238,94 @@ def test_class_groups_are_named_by_epsilon_most_private_first():
 
 def test_by_class_is_not_a_sampled_distribution():
   assert preferences.BY_CLASS not in preferences.DISTRIBUTIONS
+
+
+# The authors' code's variants (github.com/JunxuLiu/rPDP-FL): other parameters, clipping.
+
+
+@pytest.mark.parametrize("name", ["bounded_mix_gauss_code", "bounded_pareto_code"])
+def test_code_variants_stay_within_bounds(name):
+  x = preferences.make_distribution(name).sample(200_000, np.random.default_rng(21))
+  assert x.shape == (200_000,) and np.all(np.isfinite(x))
+  assert x.min() >= 0.1 and x.max() <= 10.0
+
+
+def test_code_variants_parameters():
+  mix = preferences.make_distribution("bounded_mix_gauss_code")
+  assert isinstance(mix, preferences.BoundedMixGauss)
+  assert tuple(mix.means) == (0.1, 1.0, 5.0) and tuple(mix.stds) == (0.05, 0.1, 0.5)
+  assert tuple(mix.weights) == (0.7, 0.2, 0.1) and (mix.low, mix.high) == (0.1, 10.0)
+  assert mix.out_of_bounds == "clip"
+  assert preferences.BoundedMixGauss().out_of_bounds == "redraw"  # the paper's
+  assert preferences.make_distribution("bounded_pareto_code") == preferences.ClippedLomax(
+      4.0, 0.1, 10.0)
+
+
+def test_clipped_mix_gauss_piles_mass_on_the_bounds_redrawn_does_not():
+  n = 200_000
+  code = preferences.make_distribution("bounded_mix_gauss_code").sample(
+      n, np.random.default_rng(22))
+  # Half of N(0.1, 0.05), weight 0.7, lies below 0.1 and is clipped onto it:
+  # P(ε = 0.1) = 0.35, within 5 standard errors (fresh-seed failure < 6e-7).
+  assert abs(np.mean(code == 0.1) - 0.35) <= binomial_tolerance(0.35, n)
+  # The same parameters, redrawn instead of clipped: no point mass.
+  redrawn = preferences.BoundedMixGauss(stds=(0.05, 0.1, 0.5)).sample(
+      n, np.random.default_rng(22))
+  assert np.count_nonzero(redrawn == 0.1) == 0 and np.count_nonzero(redrawn == 10.0) == 0
+  # Both bounds, where the components reach past them (N(0.5, 1) and N(3, 4) on [0.2, 4]).
+  wide = dict(means=(0.5, 3.0), stds=(1.0, 4.0), weights=(0.5, 0.5), low=0.2, high=4.0)
+  clipped = preferences.BoundedMixGauss(**wide, out_of_bounds="clip").sample(
+      n, np.random.default_rng(23))
+  below = 0.5 * stats.norm.cdf(0.2, 0.5, 1.0) + 0.5 * stats.norm.cdf(0.2, 3.0, 4.0)
+  above = 0.5 * stats.norm.sf(4.0, 0.5, 1.0) + 0.5 * stats.norm.sf(4.0, 3.0, 4.0)
+  assert abs(np.mean(clipped == 0.2) - below) <= binomial_tolerance(below, n)
+  assert abs(np.mean(clipped == 4.0) - above) <= binomial_tolerance(above, n)
+  truncated = preferences.BoundedMixGauss(**wide).sample(n, np.random.default_rng(23))
+  assert np.count_nonzero(truncated == 0.2) == 0 and np.count_nonzero(truncated == 4.0) == 0
+  # Between the bounds the clipped variant is the untouched mixture: N(1, 0.1) keeps its std.
+  second = code[(code > 0.5) & (code < 2.0)]
+  assert second.mean() == pytest.approx(1.0, abs=2e-3)
+  assert second.std() == pytest.approx(0.1, rel=0.03)
+
+
+def clipped_lomax_cdf(x, shape=4.0, low=0.1, high=10.0):
+  """CDF of clip(Lomax(shape) + low, low, high) (1 at ``high``: the clipped mass)."""
+  x = np.asarray(x, dtype=float)
+  return np.where(x >= high, 1.0, 1.0 - (1.0 + np.maximum(x - low, 0.0)) ** -shape)
+
+
+def test_pareto_code_matches_the_formula():
+  """numpy's pareto(4) + 0.1 clipped to [0.1, 10]: mean, quantiles and point mass."""
+  n = 200_000
+  x = preferences.make_distribution("bounded_pareto_code").sample(n, np.random.default_rng(24))
+  # Mean: 0.1 + E[min(Lomax(4), 9.9)] = 0.1 + (1 - 10.9^-3) / 3 = 0.43308. The
+  # clipped draw's std is 0.47, so one standard error is 1.05e-3: the
+  # tolerance 0.006 is 5.7 of them (fresh-seed failure ~1e-8).
+  mean = 0.1 + (1.0 - 10.9 ** -3) / 3.0
+  assert x.mean() == pytest.approx(mean, abs=0.006)
+  # Quantiles: q_p = 0.1 + (1 - p)^(-1/4) - 1. The share of draws below q_p
+  # is p within 5 standard errors of a proportion (fresh-seed failure < 3e-6).
+  for p in (0.1, 0.25, 0.5, 0.75, 0.9, 0.99):
+    q_p = 0.1 + (1.0 - p) ** -0.25 - 1.0
+    assert abs(np.mean(x <= q_p) - p) <= binomial_tolerance(p, n), p
+  assert np.median(x) == pytest.approx(0.1 + 2 ** 0.25 - 1, rel=0.01)
+  # Clipping at 10 leaves a point mass of 10.9^-4 = 7.1e-5 (14 of 200,000
+  # expected; within 5 Poisson standard deviations), and none at 0.1.
+  expected = n * 10.9 ** -4
+  assert abs(np.count_nonzero(x == 10.0) - expected) <= 5 * math.sqrt(expected)
+  assert np.count_nonzero(x == 0.1) == 0
+  # The whole CDF (a fresh seed fails "p > 1e-3" with probability 1e-3).
+  assert stats.kstest(x[x < 10.0], lambda v: clipped_lomax_cdf(v) / clipped_lomax_cdf(
+      np.nextafter(10.0, 0))).pvalue > 1e-3
+  # It is not the paper's BoundedPareto (Pareto(1, scale 0.1) truncated: median 0.198).
+  paper = preferences.BoundedPareto().sample(20_000, np.random.default_rng(25))
+  assert stats.ks_2samp(x[:20_000], paper).pvalue < 1e-6
+
+
+def test_code_variant_bad_parameters_raise():
+  with pytest.raises(ValueError, match=r"out_of_bounds='wrap' must be one of \('redraw', 'clip'\)"):
+    preferences.BoundedMixGauss(out_of_bounds="wrap")
+  with pytest.raises(ValueError, match="ClippedLomax needs shape > 0"):
+    preferences.ClippedLomax(shape=0.0)
+  with pytest.raises(ValueError, match="0 < low < high"):
+    preferences.ClippedLomax(low=2.0, high=1.0)

@@ -16,6 +16,23 @@ clients are added, and the same seed gives the same budgets bit for bit.
 * :class:`Groups`: fixed groups, e.g. the user-study splits of IDP-FedAvg
   (34-43-23 and 54-37-9 over ε 1-2-3).
 
+The names above follow the paper's text (rPDP-FL §7.2 and its "default
+setup" paragraph). The authors' code (github.com/JunxuLiu/rPDP-FL,
+``myopacus/accountants/rpdp_utils.py`` with ``experiments/configs/*.yaml``
+and the ``BoundedFunc`` of ``experiments/fedavg_rpdp.py``) draws differently;
+its variants are offered under their own names (:data:`DISTRIBUTIONS`):
+
+* ``bounded_mix_gauss_code``: :class:`BoundedMixGauss` with stds 0.05 / 0.1 /
+  0.5 (the paper: 0.01 / 0.05 / 0.5), same means and weights, and values
+  outside [0.1, 10] *clipped* onto the bounds (``out_of_bounds="clip"``):
+  half of N(0.1, 0.05) lies below 0.1, so about 35% of all records get
+  exactly ε = 0.1, a point mass the paper's redrawing variant does not have.
+* ``bounded_pareto_code``: :class:`ClippedLomax`, numpy's ``pareto(4) + 0.1``
+  (a Lomax / Pareto II with shape 4 and scale 1, shifted by 0.1) clipped to
+  [0.1, 10]: mean ≈ 0.1 + 1/3, median 0.1 + 2^(1/4) - 1 ≈ 0.289, and a point
+  mass of 10.9^-4 ≈ 7e-5 at 10. The paper's Pareto(shape 1, scale 0.1),
+  truncated, has median 0.198 and a far heavier tail.
+
 Data-dependent budgets (:data:`BY_CLASS`) are no distribution: every record
 takes the budget of its class, as when the owners of some classes ask for
 stronger protection (the setting of INO-SGD, whose more private groups get
@@ -64,16 +81,30 @@ class ThreeLevels(Groups):
   ratios: Sequence[float] = (0.7, 0.2, 0.1)
 
 
+OUT_OF_BOUNDS = ("redraw", "clip")
+
+
 @dataclasses.dataclass(frozen=True)
 class BoundedMixGauss:
-  """Mixture of Gaussians (means, stds, weights), truncated to [low, high]."""
+  """Mixture of Gaussians (means, stds, weights), bounded to [low, high] (rPDP-FL §7.2).
+
+  The defaults are the paper's BoundedMixGauss. ``out_of_bounds`` says what
+  happens to a draw outside [low, high]: ``"redraw"`` (default) truncates
+  each component (the draw is redrawn from the record's component, no point
+  mass on a bound); ``"clip"`` moves it onto the nearer bound, as the
+  authors' code does (``bounded_mix_gauss_code``, module doc).
+  """
   means: Sequence[float] = (0.1, 1.0, 5.0)
   stds: Sequence[float] = (0.01, 0.05, 0.5)
   weights: Sequence[float] = (0.7, 0.2, 0.1)
   low: float = 0.1
   high: float = 10.0
+  out_of_bounds: str = "redraw"
 
   def __post_init__(self):
+    if self.out_of_bounds not in OUT_OF_BOUNDS:
+      raise ValueError(f"out_of_bounds={self.out_of_bounds!r} must be one of "
+                       f"{OUT_OF_BOUNDS}.")
     if not len(self.means) == len(self.stds) == len(self.weights):
       raise ValueError("BoundedMixGauss needs as many stds and weights as means.")
     validation.check_ratios(self.weights)
@@ -88,6 +119,8 @@ class BoundedMixGauss:
     # shrink the 0.7 of N(0.1, 0.01), half of which lies below 0.1, to 0.54).
     k = rng.choice(len(self.means), size=n, p=np.asarray(self.weights))
     means, stds = np.asarray(self.means)[k], np.asarray(self.stds)[k]
+    if self.out_of_bounds == "clip":
+      return np.clip(rng.normal(means, stds), self.low, self.high)
     out = np.empty(n)
     todo = np.arange(n)
     for _ in range(1000):
@@ -118,17 +151,49 @@ class BoundedPareto:
     return self.low * (1.0 - u * tail) ** (-1.0 / self.shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class ClippedLomax:
+  """``rng.pareto(shape) + low``, clipped to [low, high]: the authors' code's BoundedPareto.
+
+  numpy's ``pareto`` draws a Lomax (Pareto II) with scale 1, so before
+  clipping P(ε > x) = (1 + x - low)^-shape for x >= low; the mean is
+  low + 1/(shape - 1) (shape > 1) and the p-quantile low + (1 - p)^(-1/shape)
+  - 1. Every draw is >= low already; those above ``high`` are clipped onto
+  it (a point mass of (1 + high - low)^-shape). With the code's shape 4 and
+  [0.1, 10] (``bounded_pareto_code``) this differs from the paper's
+  :class:`BoundedPareto` (module doc).
+  """
+  shape: float = 4.0
+  low: float = 0.1
+  high: float = 10.0
+
+  def __post_init__(self):
+    if not self.shape > 0 or not 0 < self.low < self.high:
+      raise ValueError(f"ClippedLomax needs shape > 0 and 0 < low < high; got shape="
+                       f"{self.shape}, bounds [{self.low}, {self.high}].")
+
+  def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+    return np.clip(rng.pareto(self.shape, size=n) + self.low, self.low, self.high)
+
+
 DISTRIBUTIONS = {
     "three_levels": ThreeLevels,
     "bounded_mix_gauss": BoundedMixGauss,
     "bounded_pareto": BoundedPareto,
+    # The authors' code's variants (module doc): other stds and clipping; Lomax(4) + 0.1.
+    "bounded_mix_gauss_code": lambda: BoundedMixGauss(stds=(0.05, 0.1, 0.5), out_of_bounds="clip"),
+    "bounded_pareto_code": ClippedLomax,
     "user_study_34_43_23": lambda: Groups((1.0, 2.0, 3.0), (0.34, 0.43, 0.23)),
     "user_study_54_37_9": lambda: Groups((1.0, 2.0, 3.0), (0.54, 0.37, 0.09)),
 }
 
 
 def make_distribution(name: str):
-  """A distribution by name (see :data:`DISTRIBUTIONS`), with its paper defaults."""
+  """A distribution by name (see :data:`DISTRIBUTIONS`) with its defaults.
+
+  The defaults are the paper's (rPDP-FL §7.2), except for the ``*_code``
+  names, which take the authors' code's parameters (module doc).
+  """
   if name not in DISTRIBUTIONS:
     raise ValueError(f"distribution={name!r} is unknown; choose one of {sorted(DISTRIBUTIONS)}.")
   return DISTRIBUTIONS[name]()

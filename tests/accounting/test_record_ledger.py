@@ -92,7 +92,12 @@ def test_type2_spent_after_t_rounds_is_the_calibrated_epsilon():
                              rtol=1e-12)
   m = ledger.metrics()
   assert m["epsilon_spent_max"] <= flat(budgets).max()
-  assert 0 < m["budget_used_max"] <= 1 + 1e-12
+  assert 0 < m["budget_used_max_vs_effective"] <= 1 + 1e-12
+  # Without own budgets the record's own budget is the enforced one.
+  assert m["budget_used_max_vs_own"] == m["budget_used_max_vs_effective"]
+  finite = np.isfinite(flat(budgets))
+  assert m["budget_used_mean_vs_own"] == pytest.approx(
+      np.mean(ledger.spent()[finite] / flat(budgets)[finite]))
 
 
 def test_type1_charges_only_sampled_clients():
@@ -212,3 +217,34 @@ def test_zero_rate_records_are_never_active_nor_counted_excluded():
   assert m["epsilon_spent_min"] == 0.0
   spent_by = ledger.spent_by_client()
   assert list(spent_by) == ["a"] and spent_by["a"].shape == (3,)
+
+
+def test_usage_is_reported_against_effective_and_own_budgets():
+  """Minimum-style: everybody enforced at ε_min = 1, own budgets 1, 2, 4 and inf."""
+  params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
+  q = calibrate_record_rates(np.full(4, 1.0), params, method="exact").q
+  own = np.array([1.0, 2.0, 4.0, np.inf])
+  ledger = RecordBudgetAccountant({"a": np.full(4, 1.0)}, {"a": q}, params,
+                                  own_budgets={"a": own})
+  m0 = ledger.metrics()
+  assert m0["budget_used_max_vs_effective"] == 0.0 and m0["budget_used_max_vs_own"] == 0.0
+  for _ in range(3):
+    ledger.begin_round()
+    ledger.end_round([])
+  spent = ledger.spent()
+  assert ledger.metrics()["records_excluded"] == 0
+  np.testing.assert_allclose(spent, spent[0])
+  m = ledger.metrics()
+  assert m["budget_used_max_vs_effective"] == pytest.approx(spent[0])
+  assert m["budget_used_max_vs_effective"] == pytest.approx(1.0, abs=3e-3)
+  # vs own: spent / ε_ij over the records with a finite own budget.
+  assert m["budget_used_max_vs_own"] == pytest.approx(spent[0] / 1.0)
+  assert m["budget_used_mean_vs_own"] == pytest.approx(spent[0] * (1 + 1 / 2 + 1 / 4) / 3)
+  # Enforcement follows the effective budget: a 4th round is refused for all.
+  ledger.begin_round()
+  assert ledger.metrics()["records_excluded"] == 4
+  # The usage columns survive a checkpoint (own budgets are configuration, not state).
+  fresh = RecordBudgetAccountant({"a": np.full(4, 1.0)}, {"a": q}, params,
+                                 own_budgets={"a": own})
+  fresh.set_state(json.loads(json.dumps(ledger.get_state())))
+  assert fresh.metrics() == ledger.metrics()

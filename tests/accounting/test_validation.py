@@ -210,7 +210,14 @@ def test_accounting_does_not_import_tensorflow():
           "tff_idp.accounting.scf, tff_idp.accounting.record_calibration, "
           "tff_idp.accounting.binary_search, tff_idp.accounting.record_ledger, "
           "tff_idp.accounting.owner_plan, tff_idp.training.group_metrics, "
-          "tff_idp.preferences; "
+          "tff_idp.preferences, tff_idp.accounting.record_plan; "
+          # Calibrating record-level plans (rates only) stays TF-free too.
+          "from tff_idp.accounting.rdp_two_stage import TwoStageParams; "
+          "budgets = {'a': [0.5, 1.0, 5.0], 'b': [2.0, 0.5]}; "
+          "params = TwoStageParams(2.0, 2, 4, 0.7, 1e-4); "
+          "plans = [tff_idp.accounting.record_plan.make_record_plan(m, budgets, params, 1.0) "
+          "         for m in tff_idp.accounting.record_plan.METHODS]; "
+          "[p.new_accountant() for p in plans]; "
           "bad = [m for m in sys.modules if m.split('.')[0] in "
           "('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')]; "
           "assert not bad, bad")

@@ -170,3 +170,31 @@ def test_extra_eval_metrics_are_release_columns(tmp_path):
   assert "eval_not_written" not in release[-1] and "not_written" not in release[-1]
   diagnostics = (tmp_path / "diagnostics.csv").read_text().splitlines()[0]
   assert "eval_" not in diagnostics
+
+
+def test_plans_are_reexported_from_the_tf_free_module():
+  """Calibration lives in tff_idp.accounting.record_plan; old imports keep working."""
+  from tff_idp.accounting import record_plan  # pylint: disable=g-import-not-at-top
+  assert record_level.make_record_plan is record_plan.make_record_plan
+  assert record_level.RecordPlan is record_plan.RecordPlan
+  assert record_level.METHODS is record_plan.METHODS
+
+
+@pytest.mark.usefixtures("tff_runtime")
+def test_minimum_run_reports_budget_used_vs_effective_and_vs_own(tmp_path):
+  """metrics.csv (Type II: release) names both usages; Minimum leaves own budget unused."""
+  fed = _federation()
+  budgets = _budgets(fed)
+  params = TwoStageParams(2.0, 1, 2, 1.0, 1e-4)
+  plan = record_level.make_record_plan("minimum", budgets, params, 1.0)
+  _, _, accountant = record_level.run_record_level(
+      _process(local_steps=1), fed, plan, 0, str(tmp_path), progress=False)
+  last = read_metrics(str(tmp_path / "metrics.csv"))[-1]
+  own = np.concatenate(list(budgets.values()))
+  spent = accountant.spent()
+  assert last["budget_used_max_vs_effective"] == pytest.approx(1.0, abs=3e-3)
+  assert last["budget_used_max_vs_own"] == pytest.approx(np.max(spent / own))
+  assert last["budget_used_mean_vs_own"] == pytest.approx(np.mean(spent / own))
+  # ThreeLevels: 30% of the records asked for ε 1 or 5 but spent only ε_min = 0.1.
+  assert np.all(spent[own > 0.1] / own[own > 0.1] <= 0.1 + 1e-12)
+  assert last["budget_used_mean_vs_own"] < 0.8

@@ -1,15 +1,10 @@
 """Record-level personalized DP runs (rPDP-FL Alg. 3) in the shared round driver.
 
 :func:`make_record_plan` turns per-record budgets into per-record rates for
-one of four methods (rPDP-FL §7.2):
-
-* ``ours``: q_ij from SCF (Alg. 2) with the exact re-check
-  (:func:`tff_idp.accounting.record_calibration.calibrate_record_rates`);
-* ``minimum``: everybody gets the strictest budget ε_min (uniform DP);
-* ``dropout``: everybody gets ε_mod = mean ε_ij, and records whose budget is
-  below ε_mod are dropped (q = 0);
-* ``privacy_free``: no clipping or noise; each client samples
-  ``privacy_free_batch`` records per step in expectation.
+one of four methods (rPDP-FL §7.2: ``ours``, ``minimum``, ``dropout``,
+``privacy_free``). It lives, with :class:`RecordPlan` and :data:`METHODS`,
+in the TensorFlow-free :mod:`tff_idp.accounting.record_plan` and is
+re-exported here, so calibrating rates never needs TensorFlow.
 
 :func:`run_record_level` runs one seed: clients are Poisson-sampled at λ by
 the driver's sampler, the per-record accountant pre-checks and excludes
@@ -30,15 +25,15 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tff_idp.accounting import record_calibration
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
 from tff_idp.accounting.record_ledger import RecordBudgetAccountant
+# Re-exported: the plans are computed without TensorFlow (rPDP-FL §7.2).
+from tff_idp.accounting.record_plan import METHODS  # pylint: disable=unused-import
+from tff_idp.accounting.record_plan import RecordPlan
+from tff_idp.accounting.record_plan import make_record_plan  # pylint: disable=unused-import
 from tff_idp.client_work.process import record_dataset
 from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training.driver import RoundDriver
-
-METHODS = ("ours", "minimum", "dropout", "privacy_free")
 
 
 @dataclasses.dataclass
@@ -62,73 +57,6 @@ class RecordFederation:
   @property
   def sizes(self) -> dict[str, int]:
     return {cid: len(self.y[cid]) for cid in self.x}
-
-
-@dataclasses.dataclass
-class RecordPlan:
-  """Rates, budgets and mechanism parameters of one method."""
-  method: str
-  rates: dict
-  budgets: Optional[dict]
-  noise_multiplier: float
-  clip_norm: float
-  params: TwoStageParams
-  calibration: dict
-
-  def new_accountant(self) -> Optional[RecordBudgetAccountant]:
-    """A fresh per-record accountant (one per seed), or None for privacy_free."""
-    if self.budgets is None:
-      return None
-    return RecordBudgetAccountant(self.budgets, self.rates, self.params)
-
-
-def _split(flat: np.ndarray, sizes: Mapping[str, int]) -> dict:
-  out, start = {}, 0
-  for cid, n in sizes.items():
-    out[cid] = flat[start:start + n]
-    start += n
-  return out
-
-
-def make_record_plan(method: str, budgets: Mapping[str, np.ndarray],
-                     params: TwoStageParams, clip_norm: float,
-                     privacy_free_batch: float = 64.0, estimator: str = "scf") -> RecordPlan:
-  """Per-record rates for ``method`` (see module doc), verified never over budget.
-
-  ``estimator`` picks how ``ours`` maps ε_ij to q_ij: "scf" (Alg. 2, the
-  paper), "exact" (vectorised exact inverse, no unused budget beyond 0.3%)
-  or "binary_search" (IDP-SGD style). Minimum and Dropout use "exact".
-  """
-  if method not in METHODS:
-    raise ValueError(f"method={method!r} must be one of {METHODS}.")
-  sizes = {cid: len(b) for cid, b in budgets.items()}
-  flat = record_calibration.check_budgets(
-      np.concatenate([np.asarray(budgets[c], float) for c in sizes]))
-  if method == "privacy_free":
-    if privacy_free_batch <= 0:
-      raise ValueError("privacy_free_batch must be > 0.")
-    rates = {cid: np.full(n, min(1.0, privacy_free_batch / max(n, 1))) for cid, n in sizes.items()}
-    return RecordPlan(method, rates, None, 0.0, float("inf"), params,
-                      {"method": method, "expected_batch": privacy_free_batch})
-  if method == "ours":
-    effective = flat
-  elif method == "minimum":
-    effective = np.full_like(flat, flat.min())
-  else:  # dropout
-    effective = np.full_like(flat, float(np.mean(flat[np.isfinite(flat)])))
-  result = record_calibration.calibrate_record_rates(
-      effective, params, method=estimator if method == "ours" else "exact")
-  q = result.q.copy()
-  summary = dict(result.summary(), method=method)
-  if method == "dropout":
-    dropped = flat < effective
-    q[dropped] = 0.0
-    summary["dropped_records"] = int(dropped.sum())
-    summary["epsilon_mod"] = float(effective[0])
-  if method == "minimum":
-    summary["epsilon_min"] = float(effective[0])
-  return RecordPlan(method, _split(q, sizes), _split(effective, sizes),
-                    params.noise_multiplier, clip_norm, params, summary)
 
 
 def record_input_fn(federation: RecordFederation, plan: RecordPlan,

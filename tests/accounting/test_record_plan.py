@@ -1,0 +1,108 @@
+"""Record-level plans (rPDP-FL §7.2) without TensorFlow, and budget usage vs effective / own ε."""
+import numpy as np
+import pytest
+
+from tff_idp.accounting import rdp_two_stage
+from tff_idp.accounting import record_plan
+from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record_ledger import RecordBudgetAccountant
+
+PARAMS = TwoStageParams(noise_multiplier=2.0, local_steps=2, rounds=4, client_rate=0.7,
+                        delta=1e-4)
+# A tiny plan: ε_min = 0.5 for two records, the rest relaxed (1, 2, 4).
+BUDGETS = {"a": np.array([0.5, 1.0, 2.0, 4.0]), "b": np.array([0.5, 4.0, 1.0])}
+
+
+def flat(d):
+  return np.concatenate([np.asarray(d[c]) for c in BUDGETS])
+
+
+def run_calibrated_rounds(plan):
+  """The plan's accountant after its calibrated T rounds (Type II: every round charges)."""
+  accountant = plan.new_accountant()
+  for _ in range(plan.params.rounds):
+    accountant.begin_round()
+    accountant.end_round([])
+  return accountant
+
+
+@pytest.mark.parametrize("method", record_plan.METHODS)
+def test_plans_keep_own_and_effective_budgets(method):
+  plan = record_plan.make_record_plan(method, BUDGETS, PARAMS, 1.0, privacy_free_batch=2)
+  own = flat(BUDGETS)
+  np.testing.assert_array_equal(flat(plan.own_budgets), own)
+  if method == "privacy_free":
+    assert plan.budgets is None and plan.new_accountant() is None
+    return
+  effective = flat(plan.budgets)
+  expected = {"ours": own, "minimum": np.full(7, 0.5), "dropout": np.full(7, own.mean())}
+  np.testing.assert_allclose(effective, expected[method])
+  q = flat(plan.rates)
+  # Never over the effective budget, nor, where the record is sampled, its own.
+  eps = rdp_two_stage.epsilon(q, PARAMS)
+  assert np.all(eps <= effective * (1 + 1e-12))
+  assert np.all(eps[q > 0] <= own[q > 0] * (1 + 1e-12))
+
+
+def test_minimum_reports_usage_vs_effective_and_vs_own():
+  plan = record_plan.make_record_plan("minimum", BUDGETS, PARAMS, 1.0)
+  accountant = run_calibrated_rounds(plan)
+  spent, own = accountant.spent(), flat(BUDGETS)
+  relaxed = own > 0.5
+  m = accountant.metrics()
+  # Calibrated to ε_min by the exact inverse: the whole effective budget is used.
+  assert m["budget_used_max_vs_effective"] == pytest.approx(1.0, abs=3e-3)
+  np.testing.assert_allclose(spent / 0.5, m["budget_used_max_vs_effective"], rtol=1e-12)
+  # Against their own budgets the relaxed records use spent / ε_ij < 1.
+  usage_own = spent / own
+  assert np.all(usage_own[relaxed] < 0.5 + 1e-12)
+  np.testing.assert_allclose(usage_own[relaxed], spent[relaxed] / own[relaxed])
+  assert m["budget_used_max_vs_own"] == pytest.approx(usage_own.max())  # the ε_min records
+  assert m["budget_used_mean_vs_own"] == pytest.approx(usage_own.mean())
+  assert m["budget_used_mean_vs_own"] < 0.6 < m["budget_used_max_vs_effective"]
+
+
+def test_dropout_reports_dropped_records_at_zero_vs_own():
+  plan = record_plan.make_record_plan("dropout", BUDGETS, PARAMS, 1.0)
+  accountant = run_calibrated_rounds(plan)
+  spent, own = accountant.spent(), flat(BUDGETS)
+  mod = own.mean()
+  dropped = own < mod
+  assert dropped.sum() == 4 and np.all(spent[dropped] == 0)  # ε_mod = 13/7
+  m = accountant.metrics()
+  assert m["budget_used_max_vs_effective"] == pytest.approx(1.0, abs=3e-3)
+  # The kept records (ε_ij = 2, 4, 4 >= ε_mod) use at most ε_mod / 2 of their own budget.
+  assert m["budget_used_max_vs_own"] == pytest.approx(spent.max() / 2.0)
+  assert m["budget_used_max_vs_own"] <= mod / 2.0 * (1 + 1e-12)
+  assert m["budget_used_mean_vs_own"] == pytest.approx(np.mean(spent / own))
+
+
+def test_ours_usage_vs_effective_and_vs_own_coincide():
+  plan = record_plan.make_record_plan("ours", BUDGETS, PARAMS, 1.0, estimator="exact")
+  m = run_calibrated_rounds(plan).metrics()
+  assert m["budget_used_max_vs_effective"] == m["budget_used_max_vs_own"]
+  assert m["budget_used_max_vs_own"] == pytest.approx(1.0, abs=3e-3)
+
+
+def test_accountant_refuses_effective_budget_above_own_for_sampled_records():
+  rates = {"a": np.array([0.1, 0.0]), "b": np.array([0.1])}
+  budgets = {"a": np.array([1.0, 1.0]), "b": np.array([1.0])}
+  # Record a[1] is not sampled (q = 0): its lower own budget is allowed.
+  RecordBudgetAccountant(budgets, rates, PARAMS,
+                         own_budgets={"a": np.array([1.0, 0.5]), "b": np.array([2.0])})
+  with pytest.raises(ValueError, match=r"client 'b', record 0: effective budget 1.0 exceeds "
+                     r"its own budget 0.5"):
+    RecordBudgetAccountant(budgets, rates, PARAMS,
+                           own_budgets={"a": np.array([1.0, 0.5]), "b": np.array([0.5])})
+  with pytest.raises(ValueError, match="same client ids"):
+    RecordBudgetAccountant(budgets, rates, PARAMS, own_budgets={"a": np.ones(2)})
+  with pytest.raises(ValueError, match="client 'b': 2 own budgets but 1 rates"):
+    RecordBudgetAccountant(budgets, rates, PARAMS,
+                           own_budgets={"a": np.ones(2), "b": np.ones(2)})
+
+
+def test_unknown_method_and_bad_privacy_free_batch():
+  with pytest.raises(ValueError, match="method='bogus' must be one of"):
+    record_plan.make_record_plan("bogus", BUDGETS, PARAMS, 1.0)
+  with pytest.raises(ValueError, match="privacy_free_batch=0 must be > 0"):
+    record_plan.make_record_plan("privacy_free", BUDGETS, PARAMS, 1.0, privacy_free_batch=0)
