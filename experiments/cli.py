@@ -164,8 +164,8 @@ def _fail(name: str, value, rule: Rule, item: Optional[str] = None) -> ToolkitVa
   return ToolkitValueError(f"--{name}={value}: {what} must be {rule.describe()}.")
 
 
-def parse_item(name: str, text: str, rule: Rule):
-  """One list item parsed and range-checked; the error names the flag."""
+def parse_item(name: str, text: str, rule: Rule, full: Optional[str] = None):
+  """One list item parsed and range-checked; the error names the flag (``full``: its value)."""
   try:
     value = int(text) if rule.kind == "int" else float(text)
   except ValueError:
@@ -175,9 +175,10 @@ def parse_item(name: str, text: str, rule: Rule):
         f"give comma-separated {kind}, e.g. "
         f"--{name}={'0,1' if rule.kind == 'int' else '1,2,3'}.") from None
   if not rule.ok(value):
-    flag_value = flags.FLAGS[name].value if name in flags.FLAGS else None
-    shown = ",".join(flag_value) if isinstance(flag_value, list) else text
-    raise _fail(name, shown, rule, item=text)
+    if full is None:
+      flag_value = flags.FLAGS[name].value if name in flags.FLAGS else None
+      full = ",".join(flag_value) if isinstance(flag_value, list) else text
+    raise _fail(name, full, rule, item=text)
   return value
 
 
@@ -196,13 +197,13 @@ def int_list(name: str) -> list[int]:
 _FOREIGN_FLAG_MODULES = ("absl", "tensorflow", "jax", "tensorflow_federated", "google")
 
 
-def check_flags() -> None:
+def check_flags(flag_values: Optional[flags.FlagValues] = None) -> None:
   """Checks every numeric flag the toolkit defined against its rule.
 
   Flags of absl, TensorFlow and other libraries are left alone. Raises
   ToolkitValueError for the first bad one, naming it and its valid range.
   """
-  fv = flags.FLAGS
+  fv = flags.FLAGS if flag_values is None else flag_values
   names = [f.name for module, module_flags in fv.flags_by_module_dict().items()
            if not module.startswith(_FOREIGN_FLAG_MODULES) for f in module_flags]
   for name in dict.fromkeys(names):
@@ -212,7 +213,7 @@ def check_flags() -> None:
       continue
     if name in LIST_RULES and isinstance(value, list):
       for item in value:
-        parse_item(name, item, LIST_RULES[name])
+        parse_item(name, item, LIST_RULES[name], full=",".join(value))
       continue
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       continue
@@ -236,6 +237,8 @@ def prepare_output_dir(path: str, flag: str = "output_dir") -> str:
   if not path:
     raise OutputDirError(f"--{flag} is empty; give a directory for the results.")
   path = os.path.normpath(os.path.expanduser(path))
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise OutputDirError(f"--{flag}={path} exists and is not a directory.")
   try:
     os.makedirs(path, exist_ok=True)
   except OSError as e:
