@@ -1,4 +1,18 @@
-"""Small Keras models and their TFF wrappers (deterministic initialisation)."""
+"""Small Keras models and their TFF wrappers (deterministic initialisation).
+
+Every model returns logits. The output *head* says how they are read:
+
+* ``"softmax"`` (default): ``num_classes`` logits, integer labels in
+  ``[0, num_classes)``, sparse categorical cross-entropy;
+* ``"sigmoid"``: one logit for a binary task (labels 0/1, e.g. a tabular
+  "outcome" column), binary cross-entropy. Builders give one output unit for
+  it (:func:`output_units`).
+
+:func:`tff_model_fn`, :func:`per_example_loss` (for the record-level DP-SGD
+client work) and :func:`tff_idp.training.evaluation.keras_evaluator` take the
+same ``head``, so a binary model trains and evaluates consistently in every
+family.
+"""
 from __future__ import annotations
 
 from typing import Callable
@@ -7,39 +21,105 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 
+HEADS = ("softmax", "sigmoid")
+
+
+def check_head(head: str, num_classes: int) -> None:
+  """Raises ValueError unless ``head`` is known and fits ``num_classes``."""
+  if head not in HEADS:
+    raise ValueError(f"head={head!r} must be one of {HEADS}.")
+  if head == "sigmoid" and num_classes != 2:
+    raise ValueError(f"head='sigmoid' is for binary tasks (labels 0/1); the data has "
+                     f"{num_classes} classes. Use head='softmax'.")
+  if num_classes < 2:
+    raise ValueError(f"num_classes={num_classes}: a classifier needs at least 2 classes.")
+
+
+def output_units(num_classes: int, head: str = "softmax") -> int:
+  """Logits the last layer needs: ``num_classes`` (softmax) or 1 (sigmoid)."""
+  check_head(head, num_classes)
+  return 1 if head == "sigmoid" else num_classes
+
+
 def build_logistic_regression(num_features: int, num_classes: int,
-                              seed: int = 0) -> tf.keras.Model:
-  """Multinomial logistic regression, the FedProx model for Synthetic(α, β)."""
+                              seed: int = 0, head: str = "softmax") -> tf.keras.Model:
+  """Logistic regression: multinomial (the FedProx model for Synthetic(α, β)) or,
+  with ``head="sigmoid"``, binary with one logit."""
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(num_features,)),
       tf.keras.layers.Dense(
-          num_classes, kernel_initializer=tf.keras.initializers.GlorotUniform(seed),
+          output_units(num_classes, head),
+          kernel_initializer=tf.keras.initializers.GlorotUniform(seed),
           bias_initializer="zeros"),
   ])
 
 
 def build_mlp(num_features: int, num_classes: int, hidden: int = 32,
-              seed: int = 0) -> tf.keras.Model:
-  """One-hidden-layer perceptron."""
+              seed: int = 0, head: str = "softmax") -> tf.keras.Model:
+  """One-hidden-layer perceptron (ReLU), logits for ``head``."""
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(num_features,)),
       tf.keras.layers.Dense(hidden, activation="relu",
                             kernel_initializer=tf.keras.initializers.GlorotUniform(seed)),
-      tf.keras.layers.Dense(num_classes,
+      tf.keras.layers.Dense(output_units(num_classes, head),
                             kernel_initializer=tf.keras.initializers.GlorotUniform(seed + 1)),
   ])
 
 
-def tff_model_fn(keras_builder: Callable[[], tf.keras.Model],
-                 input_spec) -> Callable[[], tff.learning.models.VariableModel]:
-  """A TFF ``model_fn`` (logits model, sparse categorical cross-entropy)."""
+def _binary_labels_and_logits(labels: tf.Tensor, logits: tf.Tensor):
+  logits = tf.reshape(logits, [-1])
+  return tf.cast(tf.reshape(labels, [-1]), logits.dtype), logits
+
+
+def per_example_loss(head: str = "softmax") -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """``(labels, logits) -> [B]`` losses for the record-level DP-SGD client work."""
+  if head == "softmax":
+    return lambda labels, logits: tf.keras.losses.sparse_categorical_crossentropy(
+        labels, logits, from_logits=True)
+  if head == "sigmoid":
+    def binary(labels, logits):
+      y, z = _binary_labels_and_logits(labels, logits)
+      return tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z)
+    return binary
+  raise ValueError(f"head={head!r} must be one of {HEADS}.")
+
+
+class _BinaryLoss(tf.keras.losses.Loss):
+  """Mean binary cross-entropy of integer labels [B] and one logit per example [B, 1]."""
+
+  def call(self, y_true, y_pred):
+    y, z = _binary_labels_and_logits(y_true, y_pred)
+    return tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z)
+
+
+class _BinaryAccuracy(tf.keras.metrics.Mean):
+  """Accuracy of ``logit > 0`` against integer labels 0/1."""
+
+  def __init__(self, name: str = "binary_accuracy", **kwargs):
+    super().__init__(name=name, **kwargs)
+
+  def update_state(self, y_true, y_pred, sample_weight=None):
+    y, z = _binary_labels_and_logits(y_true, y_pred)
+    correct = tf.cast(tf.equal(tf.cast(z > 0, y.dtype), y), tf.float32)
+    return super().update_state(correct, sample_weight=sample_weight)
+
+
+def tff_model_fn(keras_builder: Callable[[], tf.keras.Model], input_spec,
+                 head: str = "softmax") -> Callable[[], tff.learning.models.VariableModel]:
+  """A TFF ``model_fn`` for a logits model: softmax cross-entropy with sparse
+  categorical accuracy, or (``head="sigmoid"``) binary cross-entropy with
+  binary accuracy."""
+  if head not in HEADS:
+    raise ValueError(f"head={head!r} must be one of {HEADS}.")
 
   def model_fn() -> tff.learning.models.VariableModel:
+    if head == "sigmoid":
+      loss, metrics = _BinaryLoss(), [_BinaryAccuracy()]
+    else:
+      loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+      metrics = [tf.keras.metrics.SparseCategoricalAccuracy()]
     return tff.learning.models.from_keras_model(
-        keras_builder(),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=input_spec,
-        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()])
+        keras_builder(), loss=loss, input_spec=input_spec, metrics=metrics)
 
   return model_fn
 
