@@ -30,7 +30,9 @@ from tff_idp.accounting.record_ledger import RecordBudgetAccountant
 from tff_idp.accounting.record_plan import METHODS  # pylint: disable=unused-import
 from tff_idp.accounting.record_plan import RecordPlan
 from tff_idp.accounting.record_plan import make_record_plan  # pylint: disable=unused-import
+from tff_idp import array_checks
 from tff_idp.client_work.process import record_dataset
+from tff_idp.errors import ToolkitValueError
 from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training.driver import RoundDriver
@@ -38,17 +40,29 @@ from tff_idp.training.driver import RoundDriver
 
 @dataclasses.dataclass
 class RecordFederation:
-  """Every client's records in memory: ``x[cid]``, ``y[cid]`` (numpy)."""
+  """Every client's records in memory: ``x[cid]``, ``y[cid]`` (numpy).
+
+  The arrays are checked and converted on construction, before any
+  calibration: features to float32 (NaN/inf rejected), labels to int32 class
+  ids (fractional or negative labels rejected), each error naming the client
+  and field (:mod:`tff_idp.array_checks`).
+  """
   x: Mapping[str, np.ndarray]
   y: Mapping[str, np.ndarray]
 
   def __post_init__(self):
     if set(self.x) != set(self.y):
-      raise ValueError("x and y must have the same client ids.")
+      raise ToolkitValueError("RecordFederation: x and y must have the same client ids "
+                              f"(only in x: {sorted(set(self.x) - set(self.y))[:5]}, only "
+                              f"in y: {sorted(set(self.y) - set(self.x))[:5]}).")
+    if not self.x:
+      raise ToolkitValueError("RecordFederation: no clients.")
+    self.x = {cid: array_checks.as_features(self.x[cid], f"x[{cid!r}]") for cid in self.x}
+    self.y = {cid: array_checks.as_labels(self.y[cid], f"y[{cid!r}]") for cid in self.x}
     for cid in self.x:
       if len(self.x[cid]) != len(self.y[cid]):
-        raise ValueError(f"client {cid!r}: {len(self.x[cid])} features vs "
-                         f"{len(self.y[cid])} labels.")
+        raise ToolkitValueError(f"client {cid!r}: {len(self.x[cid])} features vs "
+                                f"{len(self.y[cid])} labels.")
 
   @property
   def client_ids(self) -> list[str]:
