@@ -23,7 +23,8 @@ def as_features(x, field: str = "x") -> np.ndarray:
   if arr.ndim < 2:
     raise ToolkitValueError(f"{field}: features need shape [examples, ...] (got shape "
                             f"{arr.shape}); reshape a single feature to [-1, 1].")
-  out = arr.astype(np.float32)
+  with np.errstate(over="ignore", invalid="ignore"):  # caught just below
+    out = arr.astype(np.float32)
   bad = ~np.isfinite(out)
   if bad.any():
     row = int(np.argwhere(bad)[0][0])
