@@ -15,7 +15,13 @@ IDP-FedAvg paper, Sec. V-B. `build_split(spec, data_dir, out_dir)`:
    example count, SHA-256 of the source labels), num_clients, client_ids,
    client_sizes, client_label_counts, num_train_examples, unassigned_examples,
    test (clients, examples), assignment_sha256 (see
-   `partition.Assignment.checksum`), numpy_version.
+   `partition.Assignment.checksum`), numpy_version, sqlite_sha256 (per file,
+   the SHA-256 of its rows, `sql_split.rows_sha256`) and, last, seal (SHA-256
+   of every other field, `integrity.seal`), which `loader.open_split`
+   verifies (see `datasets.integrity`).
+
+Every source label must lie in [0, num_classes) (else `SourceFormatError`),
+so the rows the checksums vouch for are valid.
 
 While building, `out_dir/.incomplete` exists; the manifest is written last,
 so a split with a manifest and no marker is complete.
@@ -31,6 +37,7 @@ from typing import Optional
 
 import numpy as np
 
+from datasets import integrity
 from datasets import partition
 from datasets import sources
 from datasets import specs
@@ -41,7 +48,9 @@ TRAIN_FILE = "train.sqlite"
 TEST_FILE = "test.sqlite"
 INCOMPLETE = ".incomplete"
 FORMAT = "tff_idp.federated_split"
-VERSION = 1
+VERSION = 1          # the built-in datasets; splits with a `data_spec` are version 2
+VERSION_DATA_SPEC = 2
+SUPPORTED_VERSIONS = (1, 2)
 
 
 def client_id(index: int, num_clients: int) -> str:
@@ -120,6 +129,35 @@ def make_assignment(spec: specs.FederationSpec, src: sources.SourceData,
   raise ValueError(f"unknown partition {spec.partition!r}")
 
 
+def check_labels(src: sources.SourceData, num_classes: int, files: list) -> None:
+  """Raises `SourceFormatError` unless every label lies in [0, num_classes)."""
+  for split, y in (("train", src.train_y), ("test", src.test_y)):
+    y = np.asarray(y)
+    bad = np.flatnonzero((y < 0) | (y >= num_classes))
+    if bad.size:
+      raise sources.SourceFormatError(
+          f"the {split} labels read from {', '.join(files)} include {int(y[bad[0]])} "
+          f"(example {int(bad[0])}), outside the dataset's {num_classes} classes "
+          f"[0, {num_classes}); the source files are damaged or of another dataset. "
+          "Download them again.")
+
+
+def write_manifest(out_dir: str, manifest: dict) -> dict:
+  """Seals `manifest` and writes it atomically; removes the unfinished-build marker."""
+  manifest = dict(manifest)
+  manifest.pop(integrity.SEAL, None)
+  manifest[integrity.SEAL] = integrity.seal(manifest)
+  manifest_path = os.path.join(out_dir, MANIFEST)
+  tmp = manifest_path + ".partial"
+  with open(tmp, "w") as f:
+    f.write(_dump_manifest(manifest))
+  os.replace(tmp, manifest_path)
+  marker = os.path.join(out_dir, INCOMPLETE)
+  if os.path.exists(marker):
+    os.remove(marker)
+  return manifest
+
+
 def _progress_bar(total: int, desc: str, enabled: bool):
   if not enabled:
     return None, (lambda n: None)
@@ -145,6 +183,7 @@ def build_split(spec: specs.FederationSpec, data_dir: str, out_dir: str,
     print(f"reading {spec.dataset} from {', '.join(location['files'])}", flush=True)
   src = read_source(spec, location)
   info = specs.info(spec.dataset)
+  check_labels(src, info.num_classes, location["files"])
 
   bar, update = _progress_bar(len(src.train_y), f"partition ({spec.partition})",
                               progress and spec.partition in ("pachinko", "dirichlet"))
@@ -156,8 +195,9 @@ def build_split(spec: specs.FederationSpec, data_dir: str, out_dir: str,
     raise AssertionError("partition used an example twice")   # never expected
 
   bar, update = _progress_bar(assignment.num_examples, "train.sqlite", progress)
-  sql_split.write_sqlite(os.path.join(out_dir, TRAIN_FILE), ids, assignment.indices,
-                         src.train_x, src.train_y, "train", progress=update)
+  train_sha = sql_split.write_sqlite(os.path.join(out_dir, TRAIN_FILE), ids,
+                                     assignment.indices, src.train_x, src.train_y,
+                                     "train", progress=update)
   if bar is not None:
     bar.close()
   if src.test_groups is not None:
@@ -167,8 +207,8 @@ def build_split(spec: specs.FederationSpec, data_dir: str, out_dir: str,
   else:
     test_ids, test_idx = ["test"], [np.arange(len(src.test_y), dtype=np.int64)]
   bar, update = _progress_bar(len(src.test_y), "test.sqlite", progress)
-  sql_split.write_sqlite(os.path.join(out_dir, TEST_FILE), test_ids, test_idx,
-                         src.test_x, src.test_y, "test", progress=update)
+  test_sha = sql_split.write_sqlite(os.path.join(out_dir, TEST_FILE), test_ids, test_idx,
+                                    src.test_x, src.test_y, "test", progress=update)
   if bar is not None:
     bar.close()
 
@@ -198,16 +238,12 @@ def build_split(spec: specs.FederationSpec, data_dir: str, out_dir: str,
       "numpy_version": np.__version__,
       "build_seconds": round(time.time() - t0, 1),
       "command": command,
+      integrity.ROWS_SHA256: {"train": train_sha, "test": test_sha},
       "client_ids": ids,
       "client_sizes": assignment.sizes.tolist(),
       "client_label_counts": label_counts.tolist(),
   }
-  tmp = manifest_path + ".partial"
-  with open(tmp, "w") as f:
-    f.write(_dump_manifest(manifest))
-  os.replace(tmp, manifest_path)
-  os.remove(marker)
-  return manifest
+  return write_manifest(out_dir, manifest)
 
 
 def _size_summary(sizes: np.ndarray) -> dict:
@@ -232,7 +268,7 @@ def summary_text(m: dict) -> str:
       f"split          {m['name']}",
       f"source         {m['dataset']} ({'+'.join(m['source']['splits'])}; "
       f"{m['source']['num_examples']:,} train examples; files "
-      f"{', '.join(m['source']['files'])})",
+      f"{', '.join(m['source']['files']) or 'none (from arrays)'})",
       f"partition      {m['partition']} ({params}), seed {m['seed']}",
       f"clients        {m['num_clients']:,}; sizes min {s['min']}, median "
       f"{s['median']:g}, mean {s['mean']:g}, max {s['max']}",

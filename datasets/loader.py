@@ -1,9 +1,41 @@
 """Loading a federated split: one call gives train `ClientData` and the test set.
 
+The resolver
+------------
+`resolve(dataset, *, partition=None, num_clients=None, seed=None,
+data_dir=None, split_dir=None, download=False, progress=True, **params)` is
+the one entry point the command-line modules call. `dataset` is
+
+* a built-in name, 'fmnist', 'cifar10' or 'svhn' (the paper's federations,
+  `datasets.specs`): the split directory (`split_dir`, default
+  ~/.tff_idp/splits/<spec name>) is opened when it holds a complete split,
+  else built from the local source files in `data_dir` (default ~/.tff);
+* 'tfds:<name>', any TensorFlow Datasets image-classification dataset with
+  features `image` and `label` (e.g. 'tfds:mnist'; `datasets.tfds_source`):
+  read from the TFDS `data_dir` where it is prepared (never downloaded
+  unless `download=True`), partitioned 'iid' (default) or 'dirichlet' into
+  `num_clients` (default 100) clients, and saved to `split_dir` (default
+  ~/.tff_idp/splits/tfds-<name>-...), which later calls open;
+* the path of a split directory, made by `datasets.from_arrays(...).save(dir)`
+  or `python -m datasets.build`; `partition`, `num_clients`, `seed` and
+  `params`, when given, must match its manifest. (Names win: a directory
+  called `cifar10` is passed as './cifar10'.)
+
+Anything else is a `ToolkitValueError` listing these choices. It returns a
+`FederatedSplit` (the same object `open_split(directory)` gives; in-memory
+`datasets.arrays.ArraySplit` offers the same interface):
+`train_client_data()` (a `tff.simulation.datasets.ClientData` of
+OrderedDict(x=float32 [*element_shape], y=int32)), `test_arrays()` ((x
+float32, y int32)), `test_dataset()`, `num_classes`, `element_shape`,
+`feature_spec`, `client_ids`, `num_clients`, `label_counts()`, `info` and
+`manifest`. Opening checks the manifest and every row of the sqlite files
+against it (`datasets.integrity`).
+
+`load_federated`
+----------------
 IDP-FedAvg paper, Sec. V-B/V-C. `load_federated("cifar10", "pachinko")`
-opens the split directory when it holds a complete split (checking the
-manifest against what was asked for, and the sqlite files against the
-manifest), builds it from the local source files otherwise, and returns
+resolves the split as above (the dataset may also be 'tfds:<name>' or a
+split directory) and returns
 
   (train, test): train is a `tff.simulation.datasets.ClientData` whose
   clients yield OrderedDict(x=float32 [H, W, C], y=int32); test is the
@@ -17,8 +49,9 @@ rescales inside the model (`DatasetInfo.rescale`, 1/255 or 1);
 `rescale=True` applies that factor here instead, for models without it.
 
 A directory with `train.sqlite` and `test.sqlite` but no manifest (e.g. the
-paper's published `datasets_custom/cifar10`) is opened as an external split:
-the files are checked for the dataset's format, the partition cannot be.
+paper's published `datasets_custom/cifar10`) is opened as an external split
+(`open_split(directory, dataset="cifar10")`): the files are checked for the
+dataset's format and every row's label, the partition cannot be.
 """
 from __future__ import annotations
 
@@ -30,19 +63,58 @@ from typing import Optional
 import numpy as np
 
 from datasets import builder
+from datasets import integrity
 from datasets import sources
 from datasets import specs
 from datasets import sql_split
+from tff_idp.errors import ToolkitValueError
 
 DEFAULT_SPLITS_DIR = os.path.join(os.path.expanduser("~"), ".tff_idp", "splits")
+TFDS_PREFIX = "tfds:"
 
 
 class SplitMismatchError(sql_split.SplitFormatError):
   """The split on disk was built with other settings than the ones asked for."""
 
 
+class SplitViews:
+  """What every split object offers, from its `info` and `manifest`.
+
+  Subclasses: `FederatedSplit` (a directory on disk) and
+  `datasets.arrays.ArraySplit` (in memory, from `datasets.from_arrays`).
+  """
+
+  info: specs.DatasetInfo
+  manifest: Optional[dict]
+
+  @property
+  def num_classes(self) -> int:
+    return self.info.num_classes
+
+  @property
+  def element_shape(self) -> tuple[int, ...]:
+    """Shape of one example's x (e.g. (32, 32, 3), or (d,) for tabular data)."""
+    return tuple(self.info.input_shape)
+
+  @property
+  def feature_spec(self) -> dict:
+    """The sqlite feature spec: {key: (int64|float, shape)}, one data key and 'label'."""
+    return dict(self.info.features)
+
+  @property
+  def label_names(self) -> tuple[str, ...]:
+    return tuple(self.info.label_names)
+
+  def test_dataset(self):
+    """The centralized test set as a `tf.data.Dataset` of OrderedDict(x, y)."""
+    import collections  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    x, y = self.test_arrays()
+    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
+
+
 @dataclasses.dataclass
-class FederatedSplit:
+class FederatedSplit(SplitViews):
   """A complete split directory, checked. `manifest` is None for external ones."""
   directory: str
   dataset: str
@@ -50,6 +122,11 @@ class FederatedSplit:
 
   @property
   def info(self) -> specs.DatasetInfo:
+    """The dataset's description; from the manifest's data_spec for non-built-in ones."""
+    if self.manifest is not None and integrity.DATA_SPEC in self.manifest:
+      return specs.info_from_data_spec(self.dataset, self.manifest[integrity.DATA_SPEC],
+                                       self.manifest["num_clients"],
+                                       self.manifest["partition"])
     return specs.info(self.dataset)
 
   @property
@@ -61,26 +138,27 @@ class FederatedSplit:
     return os.path.join(self.directory, builder.TEST_FILE)
 
   @property
-  def num_clients(self) -> Optional[int]:
+  def num_clients(self) -> int:
     if self.manifest is not None:
       return int(self.manifest["num_clients"])
     return len(sql_split.client_sizes(self.train_path))
 
+  @property
+  def client_ids(self) -> list[str]:
+    """Client ids in manifest order (sorted ids for external splits)."""
+    if self.manifest is not None:
+      return list(self.manifest["client_ids"])
+    return list(sql_split.client_sizes(self.train_path))
+
   def train_client_data(self):
-    """ClientData of OrderedDict(x=float32 [H, W, C], y=int32), stored pixel scale."""
+    """ClientData of OrderedDict(x=float32 [*element_shape], y=int32), stored scale."""
     return sql_split.load_client_data(self.train_path, self.info.features)
 
   def test_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-    """The centralized test set as (x float32 [n, H, W, C], y int32 [n])."""
+    """The centralized test set as (x float32 [n, *element_shape], y int32 [n])."""
     a = sql_split.read_arrays(self.test_path, self.info.features)
-    x = a["x"].astype(np.float32).reshape((-1,) + self.info.input_shape)
+    x = a["x"].astype(np.float32).reshape((-1,) + tuple(self.info.input_shape))
     return x, a["y"].astype(np.int32)
-
-  def test_dataset(self):
-    import collections  # pylint: disable=g-import-not-at-top
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    x, y = self.test_arrays()
-    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
 
   def label_counts(self) -> tuple[list[str], np.ndarray]:
     """(client ids, [K, C] label counts) from the manifest, or from the file."""
@@ -93,6 +171,34 @@ class FederatedSplit:
     counts = np.zeros((len(ids), self.info.num_classes), dtype=np.int64)
     np.add.at(counts, ([index[c] for c in a["client"]], a["y"]), 1)
     return ids, counts
+
+  def save(self, directory: str, overwrite: bool = False) -> "FederatedSplit":
+    """Copies the split's files to `directory` and opens the copy there."""
+    import shutil  # pylint: disable=g-import-not-at-top
+    directory = os.path.expanduser(directory)
+    if os.path.abspath(directory) == os.path.abspath(self.directory):
+      return self
+    _prepare_output_dir(directory, overwrite)
+    names = [builder.TRAIN_FILE, builder.TEST_FILE]
+    if self.manifest is not None:
+      names.append(builder.MANIFEST)       # last: a split with a manifest is complete
+    for name in names:
+      shutil.copyfile(os.path.join(self.directory, name), os.path.join(directory, name))
+    os.remove(os.path.join(directory, builder.INCOMPLETE))
+    return open_split(directory, dataset=None if self.manifest else self.dataset)
+
+
+def _prepare_output_dir(directory: str, overwrite: bool) -> None:
+  """Makes `directory` ready for a new split (marked unfinished until complete)."""
+  if has_split(directory) and not overwrite:
+    raise ToolkitValueError(
+        f"{directory} already holds a split; pass overwrite=True (--overwrite) to "
+        "replace it, or save to another directory.")
+  os.makedirs(directory, exist_ok=True)
+  open(os.path.join(directory, builder.INCOMPLETE), "w").close()
+  manifest = os.path.join(directory, builder.MANIFEST)
+  if os.path.exists(manifest):
+    os.remove(manifest)
 
 
 def _read_manifest(path: str) -> dict:
@@ -127,33 +233,73 @@ def _compare(m: dict, spec: specs.FederationSpec, directory: str) -> None:
         ". Pass another --split_dir (or none, for one per setting), or delete it.")
 
 
+def _info_of(m: dict, path: str, advice: str) -> specs.DatasetInfo:
+  if integrity.DATA_SPEC in m:
+    try:
+      return specs.info_from_data_spec(m["dataset"], m[integrity.DATA_SPEC],
+                                       m["num_clients"], m["partition"])
+    except ValueError as e:
+      raise sql_split.SplitFormatError(f"{path}: {e}" + advice) from None
+  if m["dataset"] not in specs.DATASETS:
+    raise sql_split.SplitFormatError(
+        f"{path}: dataset {m['dataset']!r} is not built in ({', '.join(sorted(specs.DATASETS))})"
+        f" and the manifest has no {integrity.DATA_SPEC!r} describing it." + advice)
+  return specs.info(m["dataset"])
+
+
 def open_split(directory: str, expected: Optional[specs.FederationSpec] = None,
                dataset: Optional[str] = None) -> FederatedSplit:
-  """Opens and checks a complete split (raises if incomplete, corrupt or other)."""
+  """Opens and checks a complete split (raises if incomplete, corrupt or other).
+
+  With a manifest, every check of `datasets.integrity` runs (keys, internal
+  consistency, per-client counts, the manifest's seal, and every row of both
+  sqlite files against its checksum); each failure is a `SplitFormatError`
+  naming what is wrong and how to rebuild. `expected` (a FederationSpec)
+  must match the manifest (else `SplitMismatchError`). A directory without a
+  manifest needs `dataset` (a built-in name); its files are checked for the
+  dataset's format and every row's label.
+  """
+  directory = os.path.expanduser(directory)
   manifest_path = os.path.join(directory, builder.MANIFEST)
   train = os.path.join(directory, builder.TRAIN_FILE)
   test = os.path.join(directory, builder.TEST_FILE)
   if os.path.exists(os.path.join(directory, builder.INCOMPLETE)):
-    raise FileNotFoundError(f"{directory} holds an unfinished build; rebuild it.")
+    raise sql_split.SplitNotFoundError(
+        f"{directory} holds an unfinished build; delete it, or rebuild it (for a built-in "
+        "dataset: `python -m datasets.build ... --out=<it> --overwrite`).")
   if os.path.isfile(manifest_path):
     m = _read_manifest(manifest_path)
+    advice = integrity.rebuild_advice(m, directory)
+    integrity.check_keys(m, manifest_path, advice)
+    if m["version"] not in builder.SUPPORTED_VERSIONS:
+      raise sql_split.SplitFormatError(
+          f"{manifest_path} has version {m['version']!r}; this tff_idp reads versions "
+          f"{list(builder.SUPPORTED_VERSIONS)} (update tff_idp, or rebuild the split)."
+          + advice)
     if expected is not None:
       _compare(m, expected, directory)
-    ds = m["dataset"]
-    features = specs.info(ds).features
-    sql_split.check_sqlite(train, features, m["num_clients"], m["num_train_examples"])
-    sql_split.check_sqlite(test, features, m["test"]["num_clients"],
-                           m["test"]["num_examples"])
-    return FederatedSplit(directory, ds, m)
+    info = _info_of(m, manifest_path, advice)
+    integrity.check_consistency(m, info.num_classes, manifest_path, advice)
+    integrity.check_files(m, train, test, info.features, advice)
+    integrity.check_seal(m, manifest_path, advice)
+    for name, path in (("train", train), ("test", test)):
+      integrity.check_rows(m, name, path, info.features, info.num_classes, advice)
+    return FederatedSplit(directory, m["dataset"], m)
   if os.path.isfile(train) and os.path.isfile(test):
     ds = expected.dataset if expected is not None else dataset
     if ds is None:
-      raise ValueError(f"{directory} has no manifest; say which dataset it holds.")
+      raise ToolkitValueError(
+          f"{directory} has no {builder.MANIFEST}, so it does not say which dataset it "
+          "holds; open it with open_split(directory, dataset='cifar10') (or 'fmnist', "
+          "'svhn'), or pass --dataset.")
+    d = specs.info(ds)
     for path in (train, test):
-      sql_split.check_sqlite(path, specs.info(ds).features)
+      sql_split.check_sqlite(path, d.features)
+      sql_split.scan_rows(path, d.features, d.num_classes)
     return FederatedSplit(directory, ds, None)
-  raise FileNotFoundError(f"no split in {directory} (expected {builder.MANIFEST}, "
-                          f"{builder.TRAIN_FILE} and {builder.TEST_FILE}).")
+  raise sql_split.SplitNotFoundError(
+      f"no split in {directory} (expected {builder.MANIFEST}, {builder.TRAIN_FILE} and "
+      f"{builder.TEST_FILE}).")
 
 
 def default_split_dir(spec: specs.FederationSpec) -> str:
@@ -182,8 +328,96 @@ def prepare_split(spec: specs.FederationSpec, data_dir: Optional[str] = None,
   return open_split(split_dir, expected=spec)
 
 
+def check_asked(split: FederatedSplit, **asked) -> None:
+  """Raises `SplitMismatchError` unless the manifest has every given (non-None) value.
+
+  Keys are manifest keys (`partition`, `num_clients`, `seed`, ...); `params`
+  is a dict compared key by key with the manifest's params.
+  """
+  m = split.manifest or {}
+  diffs = []
+  for key, want in asked.items():
+    if want is None:
+      continue
+    if key == "params":
+      have_params = m.get("params") or {}
+      for p, v in want.items():
+        if v is not None and have_params.get(p) != v:
+          diffs.append(f"{p} {have_params.get(p)!r} (asked for {v!r})")
+    elif m.get(key) != want:
+      diffs.append(f"{key} {m.get(key)!r} (asked for {want!r})")
+  if diffs:
+    raise SplitMismatchError(
+        f"the split in {split.directory} has " + "; ".join(diffs) + ". Omit these "
+        "settings to use it as it is, or pass another split (or --split_dir).")
+
+
+def _unknown_dataset(dataset: str) -> ToolkitValueError:
+  where = ""
+  if os.sep in dataset or dataset.startswith((".", "~")):
+    where = f" There is no directory {os.path.abspath(os.path.expanduser(dataset))}."
+  return ToolkitValueError(
+      f"unknown dataset {dataset!r}. Pass a built-in name "
+      f"({', '.join(sorted(specs.DATASETS))}), '{TFDS_PREFIX}<name>' for a TensorFlow "
+      f"Datasets image-classification dataset (e.g. '{TFDS_PREFIX}mnist'), or the path "
+      "of a split directory (made by datasets.from_arrays(...).save(dir) or "
+      "`python -m datasets.build`)." + where)
+
+
+def resolve(dataset: str, *, partition: Optional[str] = None,
+            num_clients: Optional[int] = None, seed: Optional[int] = None,
+            data_dir: Optional[str] = None, split_dir: Optional[str] = None,
+            download: bool = False, progress: bool = True, **params) -> FederatedSplit:
+  """The split `dataset` names, opened (and built first if needed); see module doc.
+
+  Args:
+    dataset: 'fmnist', 'cifar10', 'svhn', 'tfds:<name>', or a split directory.
+    partition: built-in: see `datasets.specs` (default: the dataset's first);
+      tfds: 'iid' (default) or 'dirichlet'; directory: checked if given.
+    num_clients: built-in: default the paper's; tfds: default 100;
+      directory: checked if given.
+    seed: partition seed (default 0); directory: checked if given.
+    data_dir: built-in: the source files (default ~/.tff); tfds: the TFDS
+      data_dir (default $TFDS_DATA_DIR or ~/tensorflow_datasets).
+    split_dir: where the built split lives (default
+      ~/.tff_idp/splits/<name>); not for a directory `dataset`.
+    download: fetch missing source files / TFDS data (never done otherwise).
+    progress: progress bars and the manifest summary while building.
+    **params: partition parameters (built-in: `datasets.specs`; tfds: alpha,
+      train_split, test_split, image_key, label_key).
+
+  Returns:
+    A checked `FederatedSplit`.
+  """
+  if not isinstance(dataset, (str, os.PathLike)):
+    raise ToolkitValueError(f"dataset must be a string or a path, got "
+                            f"{type(dataset).__name__}.")
+  dataset = os.fspath(dataset)
+  if dataset in specs.DATASETS:
+    spec = specs.FederationSpec(dataset, partition, num_clients,
+                                0 if seed is None else seed, params)
+    return prepare_split(spec, data_dir, split_dir, download, progress)
+  if dataset.startswith(TFDS_PREFIX):
+    from datasets import tfds_source  # pylint: disable=g-import-not-at-top
+    return tfds_source.prepare(dataset[len(TFDS_PREFIX):], partition=partition,
+                               num_clients=num_clients, seed=seed, data_dir=data_dir,
+                               split_dir=split_dir, download=download, progress=progress,
+                               **params)
+  path = os.path.expanduser(dataset)
+  if dataset and os.path.isdir(path):
+    if split_dir is not None:
+      raise ToolkitValueError(
+          f"split_dir is where a built-in or tfds: split is kept; {dataset!r} is already "
+          "a split directory, so omit split_dir (or --split_dir).")
+    split = open_split(path)
+    check_asked(split, partition=partition, num_clients=num_clients, seed=seed,
+                params=params or None)
+    return split
+  raise _unknown_dataset(dataset)
+
+
 def load_federated(dataset: str, partition: Optional[str] = None, *,
-                   num_clients: Optional[int] = None, seed: int = 0,
+                   num_clients: Optional[int] = None, seed: Optional[int] = None,
                    data_dir: Optional[str] = None, split_dir: Optional[str] = None,
                    download: bool = False, local_epochs: Optional[int] = None,
                    batch_size: Optional[int] = None, shuffle_buffer: int = 1024,
@@ -192,10 +426,13 @@ def load_federated(dataset: str, partition: Optional[str] = None, *,
   """(train ClientData, centralized test tf.data.Dataset); see module doc.
 
   Args:
-    dataset: 'fmnist', 'cifar10' or 'svhn'.
-    partition: see `datasets.specs` (default: the dataset's non-i.i.d. one).
-    num_clients, seed, **params: the `FederationSpec`.
-    data_dir: where the source files are (default ~/.tff).
+    dataset: 'fmnist', 'cifar10', 'svhn', 'tfds:<name>', or the path of a
+      split directory (see `resolve`).
+    partition: see `resolve` (default: the dataset's non-i.i.d. one).
+    num_clients, seed, **params: the split's settings (see `resolve`; seed
+      default 0).
+    data_dir: where the source files are (default ~/.tff; tfds: the TFDS
+      data_dir).
     split_dir: the split directory (default ~/.tff_idp/splits/<spec name>).
     download: fetch missing source files (never done otherwise).
     local_epochs, batch_size: client preprocessing (shuffle, repeat, batch).
@@ -204,8 +441,23 @@ def load_federated(dataset: str, partition: Optional[str] = None, *,
       does it inside the model, so keep False for it).
     progress: progress bars and the manifest summary while building.
   """
-  spec = specs.FederationSpec(dataset, partition, num_clients, seed, params)
-  split = prepare_split(spec, data_dir, split_dir, download, progress)
+  split = resolve(dataset, partition=partition, num_clients=num_clients, seed=seed,
+                  data_dir=data_dir, split_dir=split_dir, download=download,
+                  progress=progress, **params)
+  return apply_client_preprocessing(
+      split, local_epochs=local_epochs, batch_size=batch_size,
+      shuffle_buffer=shuffle_buffer, shuffle_seed=shuffle_seed, rescale=rescale)
+
+
+def apply_client_preprocessing(split, *, local_epochs: Optional[int] = None,
+                               batch_size: Optional[int] = None,
+                               shuffle_buffer: int = 1024,
+                               shuffle_seed: Optional[int] = None,
+                               rescale: bool = False):
+  """(train ClientData, test dataset) of any split object, preprocessed as
+  `load_federated` does."""
+  if local_epochs is not None and batch_size is None:
+    raise ToolkitValueError("local_epochs needs batch_size (the client batches).")
   train, test = split.train_client_data(), split.test_dataset()
   if rescale:
     import collections  # pylint: disable=g-import-not-at-top
@@ -222,8 +474,6 @@ def load_federated(dataset: str, partition: Optional[str] = None, *,
         lambda ds: ds.shuffle(shuffle_buffer, seed=shuffle_seed).repeat(epochs)
         .batch(batch_size))
     test = test.batch(batch_size)
-  elif local_epochs is not None:
-    raise ValueError("local_epochs needs batch_size.")
   return train, test
 
 

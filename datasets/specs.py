@@ -34,6 +34,12 @@ Choices made here (documented in the README too):
   images; pass `svhn_splits=("train",)` to do the same.
 * Test sets: the original test splits, centralized (FMNIST keeps its writers
   as test clients in `test.sqlite`; CIFAR-10 and SVHN store one client `test`).
+
+Splits of other data (`datasets.from_arrays`, `tfds:<name>` sources) are not
+in `DATASETS`; their manifest carries a `data_spec` (`data_spec(info)`:
+sqlite feature spec, element shape, dtypes, number of classes, label names,
+rescale factor), from which `info_from_data_spec` rebuilds their
+`DatasetInfo`.
 """
 from __future__ import annotations
 
@@ -88,6 +94,44 @@ def info(dataset: str) -> DatasetInfo:
   if dataset not in DATASETS:
     raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(DATASETS)}.")
   return DATASETS[dataset]
+
+
+def data_spec(d: DatasetInfo) -> dict:
+  """The manifest's `data_spec` for a dataset that is not built in (JSON-ready)."""
+  return {
+      "features": {k: [kind, list(shape)] for k, (kind, shape) in sorted(d.features.items())},
+      "element_shape": list(d.input_shape),
+      "x_dtype": "float32",
+      "y_dtype": "int32",
+      "num_classes": int(d.num_classes),
+      "label_names": list(d.label_names),
+      "rescale": float(d.rescale),
+  }
+
+
+def info_from_data_spec(name: str, spec: dict, num_clients: int,
+                        partition: str) -> DatasetInfo:
+  """The `DatasetInfo` a manifest's `data_spec` describes; ValueError if malformed."""
+  try:
+    features = {str(k): (str(kind), tuple(int(n) for n in shape))
+                for k, (kind, shape) in spec["features"].items()}
+    shape = tuple(int(n) for n in spec["element_shape"])
+    num_classes = int(spec["num_classes"])
+    rescale = float(spec["rescale"])
+    names = tuple(str(n) for n in spec.get("label_names") or range(num_classes))
+  except (KeyError, TypeError, ValueError) as e:
+    raise ValueError(f"data_spec is malformed ({type(e).__name__}: {e}).") from None
+  sql_split.data_key(features)                    # one data feature and a label
+  if any(kind not in ("int64", "float") for kind, _ in features.values()):
+    raise ValueError(f"data_spec features must be int64 or float, got {features}.")
+  if num_classes < 1 or len(names) != num_classes or not rescale > 0:
+    raise ValueError(f"data_spec has num_classes={num_classes}, {len(names)} label "
+                     f"names and rescale={rescale}; they do not fit together.")
+  if features[sql_split.data_key(features)][1] != shape:
+    raise ValueError(f"data_spec element_shape {list(shape)} differs from its feature "
+                     f"shape {list(features[sql_split.data_key(features)][1])}.")
+  return DatasetInfo(name, shape, num_classes, rescale, features, names,
+                     int(num_clients), (partition,))
 
 
 @dataclasses.dataclass(frozen=True)
