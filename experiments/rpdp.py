@@ -112,8 +112,20 @@ _THREAT = flags.DEFINE_enum("threat_model", "type2", list(THREAT_MODELS),
                             "type1: an honest-but-curious server (Thm 1 (2)).")
 _PF_BATCH = flags.DEFINE_float("privacy_free_batch", 64.0,
                                "PrivacyFree: expected records per local step.")
-_DATASET = flags.DEFINE_enum("dataset", "synthetic", ["synthetic", "fmnist", "cifar10", "svhn"],
-                             "Federation: embedded synthetic silos or a datasets/ split.")
+_DATASET = flags.DEFINE_string(
+    "dataset", "synthetic",
+    "Federation: 'synthetic' (embedded silos), fmnist | cifar10 | svhn (datasets/ builders, "
+    "from local source files), tfds:<name> (a prepared TensorFlow Datasets image dataset), "
+    "or the path of a split directory (datasets.from_arrays(...).save(dir) or "
+    "python -m datasets.build).")
+_MODEL = flags.DEFINE_enum(
+    "model", "auto", list(models.MODELS),
+    "Model for --dataset=tfds:<name> or a split path: logreg/mlp for feature vectors, cnn "
+    "(the IDP-FedAvg CNN) for images; auto picks by the example shape. Built-in datasets "
+    "use the paper's CNNs, synthetic uses logreg.")
+_HEAD = flags.DEFINE_enum(
+    "head", "softmax", list(models.HEADS),
+    "Output head: softmax (K logits) or sigmoid (one logit; binary labels 0/1).")
 _PARTITION = flags.DEFINE_string("partition", "iid", "datasets/ split partition.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Source data directory (datasets/).")
 _SPLIT_DIR = flags.DEFINE_string("split_dir", None, "Built split directory (datasets/).")
@@ -140,6 +152,7 @@ class Federation:
   keras_builder: object
   name: str
   num_classes: int
+  head: str = "softmax"
 
 
 def synthetic_federation(num_clients: int, users_per_silo: int, iid: bool,
@@ -163,41 +176,64 @@ def synthetic_federation(num_clients: int, users_per_silo: int, iid: bool,
                     lambda: models.build_logistic_regression(nf, nc, seed=0), name, nc)
 
 
-def split_federation(dataset: str, partition: str, num_clients: int, seed: int,
-                     data_dir, split_dir) -> Federation:
-  """A datasets/ split (built from local source files if needed) as in-memory records.
+def split_federation(dataset: str, partition: str, num_clients: Optional[int], seed: int,
+                     data_dir, split_dir, model: str = "auto",
+                     head: str = "softmax") -> Federation:
+  """A split (datasets/ builders, ``tfds:<name>`` or a split directory) as in-memory records.
 
-  When the split has more clients than ``num_clients`` (FMNIST: one per
-  writer), client i's records go to silo i mod ``num_clients``.
+  Built-in datasets use the paper's models (MNIST-shaped data the rPDP-FL CNN
+  on [0, 1] inputs, 32×32×3 data the IDP-FedAvg CNN); other splits use
+  ``model`` (:func:`tff_idp.models.builder_for`). When the split has more
+  clients than ``num_clients`` (FMNIST: one per writer), client i's records
+  go to silo i mod ``num_clients``; ``num_clients=None`` keeps the split's
+  own clients (e.g. your hospitals).
   """
+  import datasets as datasets_lib  # pylint: disable=g-import-not-at-top
   from datasets import loader  # pylint: disable=g-import-not-at-top
   from datasets import specs  # pylint: disable=g-import-not-at-top
-  info = specs.info(dataset)
+  builtin = dataset in specs.DATASETS
+  if builtin:
+    # FMNIST's clients are its writers (3,383); their records are pooled into silos below.
+    split = datasets_lib.resolve(
+        dataset, partition=partition,
+        num_clients=None if dataset == "fmnist" else num_clients, seed=seed,
+        data_dir=data_dir, split_dir=split_dir)
+  else:
+    split = datasets_lib.resolve(dataset, seed=None if os.path.isdir(
+        os.path.expanduser(dataset)) else seed, data_dir=data_dir, split_dir=split_dir,
+        **({"partition": partition} if dataset.startswith("tfds:") else {}))
+  info = split.info
   shape = tuple(info.input_shape)
   # The IDP-FedAvg CNN rescales inside the model; the rPDP-FL CNN expects [0, 1] inputs.
-  mnist_shaped = shape[-1] == 1
-  # FMNIST's clients are its writers (3,383); their records are pooled into silos below.
-  train, test = loader.load_federated(
-      dataset, partition, num_clients=None if dataset == "fmnist" else num_clients,
-      seed=seed, data_dir=data_dir, split_dir=split_dir, rescale=mnist_shaped)
+  mnist_shaped = builtin and shape[-1] == 1
+  train = split.train_client_data()
   ids = list(train.client_ids)
-  if len(ids) < num_clients:
-    raise ValueError(f"the {dataset} split has {len(ids)} clients, fewer than "
-                     f"--num_clients={num_clients}.")
+  silos = len(ids) if num_clients is None else num_clients
+  if len(ids) < silos:
+    raise ValueError(f"the split {dataset} has {len(ids)} clients, fewer than "
+                     f"--num_clients={silos}.")
   parts = collections.defaultdict(list)
-  for index, cid in enumerate(ids):  # client i goes to silo i mod num_clients
-    parts[f"silo_{index % num_clients:02d}"].append(
-        loader.to_arrays(train.create_tf_dataset_for_client(cid)))
-  x = {k: np.concatenate([a for a, _ in v]) for k, v in sorted(parts.items())}
-  y = {k: np.concatenate([b for _, b in v]) for k, v in sorted(parts.items())}
-  test_x, test_y = loader.to_arrays(test)
+  for index, cid in enumerate(ids):  # client i goes to silo i mod silos
+    arrays = loader.to_arrays(train.create_tf_dataset_for_client(cid))
+    if mnist_shaped:
+      arrays = (arrays[0] * info.rescale, arrays[1])
+    parts[f"silo_{index % silos:02d}" if builtin or silos != len(ids) else cid].append(arrays)
+  x = {k: np.concatenate([a for a, _ in v]) for k, v in parts.items()}
+  y = {k: np.concatenate([b for _, b in v]) for k, v in parts.items()}
+  test_x, test_y = split.test_arrays()
   if mnist_shaped:
+    test_x = test_x * info.rescale
     builder = lambda: models.build_rpdp_mnist_cnn(shape, info.num_classes, seed=0)
-  else:
+  elif builtin:
     builder = lambda: models.build_idp_fedavg_cnn(shape, info.num_classes, seed=0,
                                                   rescale=info.rescale)
+  else:
+    builder = models.builder_for(shape, info.num_classes, model, head, info.rescale)
+  name = (f"{dataset} ({partition})" if builtin else dataset if dataset.startswith("tfds:")
+          else f"split {os.path.normpath(dataset)}")
   return Federation(record_level.RecordFederation(x, y), test_x, test_y, builder,
-                    f"{dataset} ({partition}), {num_clients} clients", info.num_classes)
+                    f"{name}, {len(x)} clients", info.num_classes,
+                    head if not builtin else "softmax")
 
 
 def make_distribution():
@@ -324,10 +360,10 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
       y=tf.TensorSpec([None], tf.int32))
-  model_fn = models.tff_model_fn(federation.keras_builder, spec)
+  model_fn = models.tff_model_fn(federation.keras_builder, spec, head=federation.head)
   evaluate = common.keras_evaluator(federation.keras_builder, federation.test_x,
                                     federation.test_y, batch_size=2048,
-                                    class_groups=class_groups)
+                                    class_groups=class_groups, head=federation.head)
   group_names = list(dict.fromkeys(class_groups.values())) if class_groups else []
   # Evaluator keys beyond loss and accuracy, written to metrics.csv as eval_<key>.
   eval_metrics = [k for k in group_metrics.flat_field_names(group_names)
@@ -345,7 +381,7 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
           model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate),
           server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
           local_steps=params.local_steps, noise_multiplier=plan.noise_multiplier,
-          clip_norm=plan.clip_norm,
+          clip_norm=plan.clip_norm, loss_fn=models.per_example_loss(federation.head),
           example_weight_fn=local_weight_fn if math.isfinite(plan.clip_norm) else None)
     finals, final_rows, history, accountant = [], [], [], None
     for seed in seeds:
@@ -353,7 +389,12 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
       _, _, accountant = record_level.run_record_level(
           processes[key], federation.records, plan, seed, run_dir, evaluate,
           eval_every, checkpoint_every, progress,
-          fingerprint=[federation.name, learning_rate, estimator, local_algorithm],
+          fingerprint={"head": federation.head},
+          hyperparameters={"client_optimizer": "sgd", "client_learning_rate": learning_rate,
+                           "server_optimizer": "sgd", "server_learning_rate": 1.0,
+                           "local_steps": params.local_steps,
+                           "local_algorithm": local_algorithm},
+          keras_builder=federation.keras_builder,
           insecure_reproducible_noise=insecure_reproducible_noise,
           release_only=release_only, eval_metrics=eval_metrics)
       rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
@@ -437,8 +478,13 @@ def main(argv):
       federation = synthetic_federation(_NUM_CLIENTS.value, _USERS_PER_SILO.value,
                                         _IID.value, _DATA_SEED.value)
     else:
-      federation = split_federation(_DATASET.value, _PARTITION.value, _NUM_CLIENTS.value,
-                                    _DATA_SEED.value, _DATA_DIR.value, _SPLIT_DIR.value)
+      own_split = _DATASET.value not in ("fmnist", "cifar10", "svhn")
+      # Your own split keeps its clients unless --num_clients is given.
+      num_clients = (None if own_split and not flags.FLAGS["num_clients"].present
+                     else _NUM_CLIENTS.value)
+      federation = split_federation(_DATASET.value, _PARTITION.value, num_clients,
+                                    _DATA_SEED.value, _DATA_DIR.value, _SPLIT_DIR.value,
+                                    _MODEL.value, _HEAD.value)
     class_groups, described = None, _DISTRIBUTION.value
     if by_class:
       try:

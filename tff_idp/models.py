@@ -15,6 +15,7 @@ family.
 """
 from __future__ import annotations
 
+import collections
 from typing import Callable
 
 import tensorflow as tf
@@ -228,3 +229,47 @@ def build_pc_cifar_cnn(input_shape=(32, 32, 3), num_classes: int = 10, rescale: 
       tf.keras.layers.Dense(num_classes, kernel_initializer=init(seed + k + 1)),
   ]
   return tf.keras.Sequential(layers)
+
+
+MODELS = ("auto", "logreg", "mlp", "cnn")
+
+
+def builder_for(input_shape, num_classes: int, model: str = "auto", head: str = "softmax",
+                rescale: float = 1.0, seed: int = 0) -> Callable[[], tf.keras.Model]:
+  """A zero-argument Keras builder that fits data of ``input_shape`` (your own data).
+
+  Args:
+    input_shape: one example's feature shape: ``(d,)`` for tabular data,
+      ``(H, W, C)`` for images.
+    num_classes: classes of the labels (2 for a binary task).
+    model: "logreg" (logistic regression) or "mlp" (64 hidden units) for
+      tabular data; "cnn" (the IDP-FedAvg paper's 14-layer CNN, Fig. 2; images
+      of at least 22×22); "auto": logreg for tabular data, cnn for images.
+    head: "softmax" or "sigmoid" (binary, one logit); see the module doc.
+    rescale: the factor the CNN applies to stored pixels (1/255 for 0..255).
+    seed: initialisation seed.
+  """
+  shape = tuple(int(s) for s in input_shape)
+  if model not in MODELS:
+    raise ValueError(f"model={model!r} must be one of {MODELS}.")
+  if model == "auto":
+    model = "logreg" if len(shape) == 1 else "cnn"
+  units = output_units(num_classes, head)
+  if model in ("logreg", "mlp"):
+    if len(shape) != 1:
+      raise ValueError(f"model={model!r} takes feature vectors; these examples have shape "
+                       f"{shape}. Use model='cnn' for images.")
+    if model == "logreg":
+      return lambda: build_logistic_regression(shape[0], num_classes, seed=seed, head=head)
+    return lambda: build_mlp(shape[0], num_classes, hidden=64, seed=seed, head=head)
+  if len(shape) != 3 or min(shape[:2]) < 22:
+    raise ValueError(f"model='cnn' takes images of at least 22×22×C; these examples have "
+                     f"shape {shape}. Use model='logreg' or 'mlp' for feature vectors.")
+  return lambda: build_idp_fedavg_cnn(shape, units, rescale=rescale, seed=seed)
+
+
+def input_spec_for(input_shape):
+  """The TFF input spec of batches ``OrderedDict(x=float32[None, *shape], y=int32[None])``."""
+  return collections.OrderedDict(
+      x=tf.TensorSpec((None,) + tuple(int(s) for s in input_shape), tf.float32),
+      y=tf.TensorSpec((None,), tf.int32))

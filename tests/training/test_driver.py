@@ -146,7 +146,8 @@ def test_corrupt_checkpoint_gives_clear_error(setup, tmp_path):
   _driver(setup, tmp_path).run(2)
   npz = tmp_path / "checkpoints" / "ckpt_000002.npz"
   npz.write_bytes(b"not a checkpoint")
-  with pytest.raises(checkpoint.CheckpointMismatchError, match="corrupt"):
+  with pytest.raises(checkpoint.CorruptCheckpointError,
+                     match="ckpt_000002.npz is unreadable or corrupt.*--restart"):
     _driver(setup, tmp_path).run(ROUNDS)
 
 

@@ -12,11 +12,15 @@ from tff_idp import preferences
 from tff_idp.accounting import rdp_two_stage
 from tff_idp.accounting.rdp_two_stage import TwoStageParams
 from tff_idp.client_work.process import build_rpdp_fedavg_process
+from tff_idp.errors import ToolkitValueError
 from tff_idp.training import record_level
 from tff_idp.training.metrics import read_metrics
 
 PARAMS = TwoStageParams(noise_multiplier=2.0, local_steps=2, rounds=4, client_rate=0.7,
                         delta=1e-4)
+# What _process builds with: the runner cannot read them from the process.
+HP = {"client_optimizer": "sgd", "client_learning_rate": 0.5, "server_optimizer": "sgd",
+      "server_learning_rate": 1.0}
 
 
 def _federation(sizes=(30, 45, 25), seed=0):
@@ -80,7 +84,7 @@ def test_resume_is_exact_and_restores_record_ledger(tmp_path):
 
   state_a, _, acc_a = record_level.run_record_level(
       proc, fed, plan, 3, str(tmp_path / "a"), evaluate, eval_every=1, checkpoint_every=2,
-      progress=False)
+      progress=False, hyperparameters=HP)
   # A crash after round 3 leaves the round-2 checkpoint; resuming from it must
   # reproduce the uninterrupted run exactly. The privacy randomness is secret
   # (a fresh secret per run), so this holds only if the resumed run takes the
@@ -96,7 +100,7 @@ def test_resume_is_exact_and_restores_record_ledger(tmp_path):
 
   state_b, _, acc_b = record_level.run_record_level(
       proc, fed, plan, 3, str(tmp_path / "b"), counting, eval_every=1, checkpoint_every=2,
-      progress=False)
+      progress=False, hyperparameters=HP)
   assert calls["n"] == 2  # rounds 3 and 4 only: it resumed
   for u, v in zip(proc.get_model_weights(state_a).trainable,
                   proc.get_model_weights(state_b).trainable):
@@ -121,11 +125,11 @@ def test_resume_under_other_budgets_is_refused(tmp_path):
   proc = _process(local_steps=1)
   plan_a = record_level.make_record_plan("ours", _budgets(fed, seed=0), params, 1.0)
   record_level.run_record_level(proc, fed, plan_a, 0, str(tmp_path), None,
-                                checkpoint_every=1, progress=False)
+                                checkpoint_every=1, progress=False, hyperparameters=HP)
   plan_b = record_level.make_record_plan("ours", _budgets(fed, seed=1), params, 1.0)
   with pytest.raises(checkpoint.CheckpointMismatchError, match="other privacy"):
     record_level.run_record_level(proc, fed, plan_b, 0, str(tmp_path), None,
-                                  checkpoint_every=1, progress=False)
+                                  checkpoint_every=1, progress=False, hyperparameters=HP)
 
 
 @pytest.mark.usefixtures("tff_runtime")
@@ -138,7 +142,7 @@ def test_same_seed_draws_fresh_noise_unless_insecure_mode(tmp_path):
 
   def final_weights(name, insecure):
     state, _, _ = record_level.run_record_level(
-        proc, fed, plan, 7, str(tmp_path / name), None, progress=False,
+        proc, fed, plan, 7, str(tmp_path / name), None, progress=False, hyperparameters=HP,
         insecure_reproducible_noise=insecure)
     return np.concatenate([np.ravel(w) for w in proc.get_model_weights(state).trainable])
 
@@ -161,7 +165,7 @@ def test_extra_eval_metrics_are_release_columns(tmp_path):
             "imbalance": 0.1, "not_written": 7.0}
 
   record_level.run_record_level(_process(local_steps=1), fed, plan, 0, str(tmp_path),
-                                evaluate, eval_every=2, progress=False,
+                                evaluate, eval_every=2, progress=False, hyperparameters=HP,
                                 eval_metrics=["acc/eps=0.1", "recall/eps=0.1", "imbalance"])
   release = read_metrics(str(tmp_path / "metrics.csv"))
   assert [r["eval_acc/eps=0.1"] for r in release] == [None, 0.25]  # evaluation rounds only
@@ -188,7 +192,7 @@ def test_minimum_run_reports_budget_used_vs_effective_and_vs_own(tmp_path):
   params = TwoStageParams(2.0, 1, 2, 1.0, 1e-4)
   plan = record_level.make_record_plan("minimum", budgets, params, 1.0)
   _, _, accountant = record_level.run_record_level(
-      _process(local_steps=1), fed, plan, 0, str(tmp_path), progress=False)
+      _process(local_steps=1), fed, plan, 0, str(tmp_path), progress=False, hyperparameters=HP)
   last = read_metrics(str(tmp_path / "metrics.csv"))[-1]
   own = np.concatenate(list(budgets.values()))
   spent = accountant.spent()
@@ -198,3 +202,40 @@ def test_minimum_run_reports_budget_used_vs_effective_and_vs_own(tmp_path):
   # ThreeLevels: 30% of the records asked for ε 1 or 5 but spent only ε_min = 0.1.
   assert np.all(spent[own > 0.1] / own[own > 0.1] <= 0.1 + 1e-12)
   assert last["budget_used_mean_vs_own"] < 0.8
+
+
+@pytest.mark.usefixtures("tff_runtime")
+def test_rerun_returns_stored_rows_and_refuses_other_learning_rate(tmp_path):
+  """Issue 9: a finished run returns its rows; the learning rate is fingerprinted."""
+  from tff_idp.training import checkpoint  # pylint: disable=g-import-not-at-top
+  fed = _federation()
+  params = TwoStageParams(2.0, 1, 2, 1.0, 1e-4)
+  proc = _process(local_steps=1)
+  plan = record_level.make_record_plan("ours", _budgets(fed), params, 1.0)
+  calls = {"n": 0}
+
+  def evaluate(weights):
+    calls["n"] += 1
+    return {"loss": float(np.sum(weights.trainable[0])), "accuracy": 0.5}
+
+  out = str(tmp_path / "run")
+  state, rows, _ = record_level.run_record_level(
+      proc, fed, plan, 0, out, evaluate, eval_every=1, progress=False, hyperparameters=HP)
+  assert [r["round"] for r in rows] == [1, 2] and calls["n"] == 2
+  # The same run again (a trailing slash, another eval_every): nothing trains, the
+  # stored rows come back, typed as written.
+  state2, rows2, _ = record_level.run_record_level(
+      proc, fed, plan, 0, out + "/", evaluate, eval_every=2, checkpoint_every=1,
+      progress=False, hyperparameters=HP)
+  assert calls["n"] == 2
+  assert rows2 == rows and isinstance(rows2[0]["clients_sampled"], int)
+  for u, v in zip(proc.get_model_weights(state).trainable,
+                  proc.get_model_weights(state2).trainable):
+    np.testing.assert_array_equal(u, v)
+  with pytest.raises(checkpoint.CheckpointMismatchError,
+                     match=r"other privacy.*client_learning_rate"):
+    record_level.run_record_level(
+        proc, fed, plan, 0, out, evaluate, progress=False,
+        hyperparameters=dict(HP, client_learning_rate=0.05))
+  with pytest.raises(ToolkitValueError, match="hyperparameters="):
+    record_level.run_record_level(proc, fed, plan, 0, out, evaluate, progress=False)

@@ -3,8 +3,15 @@
 A checkpoint at round r holds: the LearningProcess state (model, optimizer
 states, clip norm, noise seed) flattened with ``tf.nest`` against the
 process's ``initialize()`` template, the round number, the sampler's RNG
-state, the privacy ledger, and a fingerprint of the privacy calibration so a
-run cannot be resumed under different (σ, q).
+state, the privacy ledger, and a fingerprint of the run
+(:mod:`tff_idp.training.fingerprint`) so a run cannot be resumed under other
+parameters.
+
+Each file is written to a temporary name unique to the writing process,
+flushed to disk (``fsync``) and renamed into place; the JSON is written
+last, so a checkpoint is complete iff its JSON exists. A checkpoint that
+cannot be read anyway (a truncated or empty file after a disk failure, a bad
+copy) raises :class:`CorruptCheckpointError` naming the file.
 """
 from __future__ import annotations
 
@@ -12,25 +19,73 @@ import glob
 import json
 import os
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 
+from tff_idp.errors import OutputDirError
 from tff_idp.errors import TffIdpError
 
 _NAME = "ckpt_{:06d}"
 _PATTERN = re.compile(r"ckpt_(\d{6})\.json$")
+EXTENSIONS = (".json", ".npz")
 
 
-class CheckpointMismatchError(TffIdpError, RuntimeError):
+class CheckpointError(TffIdpError, RuntimeError):
+  """A checkpoint that cannot be resumed (base of the two errors below)."""
+
+
+class CheckpointMismatchError(CheckpointError):
   """A checkpoint does not belong to the run that tries to resume from it."""
 
 
-def _atomic_write(path: str, write_fn) -> None:
-  tmp = path + ".tmp"
-  write_fn(tmp)
-  os.replace(tmp, path)
+class CorruptCheckpointError(CheckpointError):
+  """A checkpoint file that cannot be read (truncated, empty, not a checkpoint).
+
+  Attributes:
+    paths: the unreadable files.
+  """
+
+  def __init__(self, message: str, paths: tuple[str, ...] = ()):
+    super().__init__(message)
+    self.paths = tuple(paths)
+
+
+def paths(directory: str, round_num: int) -> list[str]:
+  """The files of the checkpoint at ``round_num`` (JSON first)."""
+  base = os.path.join(directory, _NAME.format(round_num))
+  return [base + ext for ext in EXTENSIONS]
+
+
+def _atomic_write(path: str, write_fn: Callable[[Any], None], mode: str) -> None:
+  """Writes via ``<path>.<pid>.tmp`` + fsync + rename (unique per process)."""
+  tmp = f"{path}.{os.getpid()}.tmp"
+  try:
+    with open(tmp, mode) as f:
+      write_fn(f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    try:
+      os.remove(tmp)
+    except OSError:
+      pass
+    raise
+
+
+def _fsync_dir(directory: str) -> None:
+  try:
+    fd = os.open(directory, os.O_RDONLY)
+  except OSError:
+    return
+  try:
+    os.fsync(fd)
+  except OSError:
+    pass
+  finally:
+    os.close(fd)
 
 
 def save(directory: str, round_num: int, state: Any, meta: dict,
@@ -38,33 +93,46 @@ def save(directory: str, round_num: int, state: Any, meta: dict,
   """Writes ``ckpt_<round>.npz`` (state) then ``ckpt_<round>.json`` (meta).
 
   The JSON is written last, so a checkpoint is complete iff its JSON exists.
+  Keeps the newest ``keep`` checkpoints. Raises :class:`OutputDirError` when
+  the directory cannot be written.
   """
-  os.makedirs(directory, exist_ok=True)
   base = os.path.join(directory, _NAME.format(round_num))
   leaves = [np.asarray(x) for x in tf.nest.flatten(state)]
-
-  def write_npz(tmp):
-    with open(tmp, "wb") as f:
-      np.savez(f, *leaves)
-
-  _atomic_write(base + ".npz", write_npz)
   meta = dict(meta, round=int(round_num), num_leaves=len(leaves))
-
-  def write_json(tmp):
-    with open(tmp, "w") as f:
-      json.dump(meta, f, indent=1)
-
-  _atomic_write(base + ".json", write_json)
+  try:
+    os.makedirs(directory, exist_ok=True)
+    _atomic_write(base + ".npz", lambda f: np.savez(f, *leaves), "wb")
+    _atomic_write(base + ".json", lambda f: json.dump(meta, f, indent=1), "w")
+  except OSError as e:
+    raise OutputDirError(
+        f"cannot write checkpoint {base}.npz/.json: {e.strerror or e}. Make {directory} "
+        "writable (and check free disk space), or choose another --output_dir.") from e
+  _fsync_dir(directory)
   for old in sorted(list_rounds(directory))[:-keep]:
-    for ext in (".json", ".npz"):
-      try:
-        os.remove(os.path.join(directory, _NAME.format(old) + ext))
-      except FileNotFoundError:
-        pass
+    remove(directory, old)
   return base
 
 
+def remove(directory: str, round_num: int) -> None:
+  """Deletes the checkpoint at ``round_num`` (JSON first, so it is never half there)."""
+  for path in paths(directory, round_num):
+    try:
+      os.remove(path)
+    except FileNotFoundError:
+      pass
+
+
+def remove_all(directory: str) -> None:
+  """Deletes every checkpoint file (and left-over temporary file) in ``directory``."""
+  for path in glob.glob(os.path.join(directory, "ckpt_*")):
+    try:
+      os.remove(path)
+    except FileNotFoundError:
+      pass
+
+
 def list_rounds(directory: str) -> list[int]:
+  """Rounds of the complete checkpoints (those whose JSON exists), ascending."""
   rounds = []
   for path in glob.glob(os.path.join(directory, "ckpt_*.json")):
     m = _PATTERN.search(os.path.basename(path))
@@ -78,28 +146,51 @@ def latest_round(directory: str) -> Optional[int]:
   return rounds[-1] if rounds else None
 
 
-def load(directory: str, round_num: int, template: Any) -> tuple[Any, dict]:
-  """Returns (state shaped like ``template``, meta)."""
-  base = os.path.join(directory, _NAME.format(round_num))
+def read_meta(directory: str, round_num: int) -> dict:
+  """The JSON of one checkpoint; :class:`CorruptCheckpointError` if unreadable."""
+  path = paths(directory, round_num)[0]
   try:
-    with open(base + ".json") as f:
+    with open(path) as f:
       meta = json.load(f)
-    with np.load(base + ".npz") as npz:
-      leaves = [npz[f"arr_{i}"] for i in range(meta["num_leaves"])]
-  except (OSError, ValueError, KeyError) as e:
-    raise CheckpointMismatchError(
-        f"checkpoint {base} is unreadable or corrupt ({e}); delete it to restart "
-        "from the previous one.") from e
+    if not isinstance(meta, dict) or int(meta["num_leaves"]) < 0:
+      raise ValueError("not a checkpoint's metadata")
+  except Exception as e:  # any failure to parse the file means it is unusable
+    raise CorruptCheckpointError(
+        f"checkpoint file {path} is unreadable or corrupt ({type(e).__name__}: {e}).",
+        (path,)) from e
+  return meta
+
+
+def load(directory: str, round_num: int, template: Any) -> tuple[Any, dict]:
+  """Returns (state shaped like ``template``, meta).
+
+  Raises:
+    CorruptCheckpointError: a file of the checkpoint cannot be read; its
+      ``paths`` name it.
+    CheckpointMismatchError: the state does not fit ``template`` (another
+      model or mode).
+  """
+  meta = read_meta(directory, round_num)
+  npz_path = paths(directory, round_num)[1]
+  try:
+    with np.load(npz_path, allow_pickle=False) as npz:
+      leaves = [np.array(npz[f"arr_{i}"]) for i in range(int(meta["num_leaves"]))]
+  except Exception as e:  # BadZipFile, EOFError, OSError, KeyError, ValueError, ...
+    raise CorruptCheckpointError(
+        f"checkpoint file {npz_path} is unreadable or corrupt ({type(e).__name__}: {e}).",
+        (npz_path,)) from e
+  base = os.path.join(directory, _NAME.format(round_num))
   template_leaves = tf.nest.flatten(template)
   if len(template_leaves) != len(leaves):
     raise CheckpointMismatchError(
         f"checkpoint {base} has {len(leaves)} state tensors but this process has "
         f"{len(template_leaves)}; it was written by a different model or mode. Use "
-        "a fresh --output_dir.")
+        "another --output_dir, or --restart to discard it and start fresh.")
   for i, (t, v) in enumerate(zip(template_leaves, leaves)):
     if np.shape(t) != v.shape:
       raise CheckpointMismatchError(
           f"checkpoint {base}: state tensor {i} has shape {v.shape}, expected "
-          f"{np.shape(t)}. Use a fresh --output_dir.")
+          f"{np.shape(t)}. Use another --output_dir, or --restart to discard it and "
+          "start fresh.")
   restored = [np.asarray(v, dtype=np.asarray(t).dtype) for t, v in zip(template_leaves, leaves)]
   return tf.nest.pack_sequence_as(template, restored), meta

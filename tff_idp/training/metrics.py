@@ -12,21 +12,68 @@ Two streams, never mixed (audit D3):
   the exact cohort size alone leaks about every client's participation.
   ``diagnostic_fields=None`` (the experiments' ``--release_only``) writes none.
 
-Both files are truncated correctly on resume.
+Both files are truncated correctly on resume: the rows up to the resume
+round are kept byte for byte. Values are written in a form that reads back
+exactly (:func:`format_value`): integers as integers, floats with ``repr``
+(which round-trips every float), None as an empty cell; :func:`read_metrics`
+gives back ints, floats, None and strings accordingly.
 """
 from __future__ import annotations
 
 import csv
 import math
+import numbers
 import os
+import re
 import shutil
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
 RELEASE_FILE = "metrics.csv"
 DIAGNOSTICS_FILE = "diagnostics.csv"
 PRIVACY_WARNING_FIELD = "privacy_warning"
+
+_INT = re.compile(r"[+-]?\d+")
+
+
+def format_value(value: Any) -> str:
+  """One CSV cell: ints as ints, floats via ``repr`` (exact), None empty, else ``str``.
+
+  numpy scalars are written like the Python numbers they hold (a float32 as
+  the float64 it converts to exactly).
+  """
+  if value is None:
+    return ""
+  if isinstance(value, bool) or not isinstance(value, numbers.Number):
+    return str(value)
+  if isinstance(value, numbers.Integral):
+    return str(int(value))
+  if isinstance(value, numbers.Real):
+    return repr(float(value))
+  return str(value)
+
+
+def parse_value(text: Optional[str]) -> Any:
+  """Inverse of :func:`format_value`: int, float, None (empty) or the string."""
+  if text is None or text == "":
+    return None
+  if _INT.fullmatch(text):
+    return int(text)
+  try:
+    return float(text)
+  except ValueError:
+    return text
+
+
+def _round_of(raw: dict) -> int:
+  """The round of a raw CSV row ("3", or "3.0" in files written before ints were kept)."""
+  return int(float(raw["round"]))
+
+
+def _read_raw(path: str) -> list[dict]:
+  with open(path, newline="") as f:
+    return list(csv.DictReader(f))
 
 
 class _CsvStream:
@@ -39,7 +86,8 @@ class _CsvStream:
     self._warning = warning
     kept: list[dict] = []
     if resume_after_round is not None and os.path.exists(path):
-      kept = [r for r in read_metrics(path) if int(r["round"]) <= resume_after_round]
+      # Raw cells, rewritten unchanged: the kept rows stay byte-identical.
+      kept = [r for r in _read_raw(path) if _round_of(r) <= resume_after_round]
     with open(path, "w", newline="") as f:
       writer = csv.DictWriter(f, fieldnames=self.fieldnames, extrasaction="ignore")
       writer.writeheader()
@@ -51,8 +99,9 @@ class _CsvStream:
 
   def write(self, row: dict) -> None:
     row = dict(row, **({PRIVACY_WARNING_FIELD: self._warning} if self._warning else {}))
+    cells = {k: format_value(row.get(k)) for k in self.fieldnames}
     with open(self.path, "a", newline="") as f:
-      csv.DictWriter(f, fieldnames=self.fieldnames, extrasaction="ignore").writerow(row)
+      csv.DictWriter(f, fieldnames=self.fieldnames).writerow(cells)
     if self._tb is not None:
       with self._tb.as_default():
         for key in self.fieldnames:
@@ -114,18 +163,10 @@ class MetricsWriter:
 
 
 def read_metrics(path: str) -> list[dict]:
-  """Rows of a metrics CSV, numbers parsed (empty cells become None)."""
-  rows = []
-  with open(path, newline="") as f:
-    for raw in csv.DictReader(f):
-      row = {}
-      for k, v in raw.items():
-        if v in ("", None):
-          row[k] = None
-        else:
-          try:
-            row[k] = float(v)
-          except ValueError:
-            row[k] = v
-      rows.append(row)
-  return rows
+  """Rows of a metrics CSV with typed cells (:func:`parse_value`).
+
+  Integers written as integers (``round``, ``clients_sampled``, ...) come
+  back as ``int``, floats as the exact ``float``, empty cells as None, text
+  (e.g. ``privacy_warning``) as ``str``.
+  """
+  return [{k: parse_value(v) for k, v in raw.items()} for raw in _read_raw(str(path))]

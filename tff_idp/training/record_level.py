@@ -35,6 +35,7 @@ from tff_idp.client_work.process import record_dataset
 from tff_idp.errors import ToolkitValueError
 from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
+from tff_idp.training import fingerprint as fingerprint_lib
 from tff_idp.training.driver import RoundDriver
 
 
@@ -99,13 +100,17 @@ def empty_input_fn(federation: RecordFederation) -> Callable[[], Any]:
   return lambda: record_dataset(x, y, np.zeros(0, np.float32), (0, 0))
 
 
-def _rates_digest(plan: RecordPlan) -> str:
-  """Identifies the per-record rates (and so the budgets): resuming under others is refused."""
+def _rates_digest(plan: RecordPlan) -> dict:
+  """Identifies the per-record rates and budgets: resuming under others is refused."""
   h = hashlib.sha256()
   for cid in sorted(plan.rates):
     h.update(cid.encode())
     h.update(np.asarray(plan.rates[cid], dtype=np.float64).tobytes())
-  return h.hexdigest()[:16]
+  return {"rates": h.hexdigest()[:16],
+          "budgets": (None if plan.budgets is None
+                      else fingerprint_lib.mapping_digest(plan.budgets)),
+          "own_budgets": (None if plan.own_budgets is None
+                          else fingerprint_lib.mapping_digest(plan.own_budgets))}
 
 
 def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
@@ -115,8 +120,21 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
                      progress: bool = True, fingerprint: Any = None,
                      insecure_reproducible_noise: bool = False,
                      release_only: bool = False,
-                     eval_metrics: Sequence[str] = ()):
+                     eval_metrics: Sequence[str] = (), *,
+                     hyperparameters: Optional[Mapping[str, Any]] = None,
+                     keras_builder: Optional[Callable[[], Any]] = None,
+                     restart: bool = False):
   """Runs (or resumes) one seed of a record-level method; returns (state, rows, accountant).
+
+  ``rows`` are the whole run's metric rows (a finished run returns its
+  stored rows and trains nothing). A checkpoint in ``output_dir`` is resumed
+  only under the same fingerprint (:mod:`tff_idp.training.fingerprint`): the
+  plan's calibration (σ, L, τ, T, λ, δ, threat model, method, per-record
+  rates and budgets), ``hyperparameters``, the records (a digest of every
+  array) and ``fingerprint``, the model (``keras_builder``'s layers, and
+  always the process state's shapes and server hyperparameters), the run
+  seed and the insecure-noise mode; not ``output_dir``, ``eval_every``,
+  ``checkpoint_every``, ``progress``, ``release_only`` or ``eval_metrics``.
 
   Args:
     run_seed: names the run (checkpoints are bound to it); it seeds nothing
@@ -127,7 +145,26 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
       (e.g. per-group accuracy, ``tff_idp.training.group_metrics``), written
       to ``metrics.csv`` as ``eval_<key>``: the released model's evaluation
       on held-out data is release, not diagnostics.
+    fingerprint: further identity of the run that neither the records nor
+      ``keras_builder`` show (e.g. the loss head). Keep it free of paths and
+      names that may be spelled differently for the same data: the records
+      are fingerprinted byte for byte already.
+    hyperparameters: required: the training hyperparameters ``process`` was
+      built with (client and server learning rates and optimizers, local
+      algorithm, ...). The process does not expose them, so without them a
+      resume under another learning rate would go unnoticed.
+    keras_builder: the model's Keras builder; its layer types and configs go
+      into the fingerprint (a model with the same weight shapes but, e.g.,
+      other activations is then told apart).
+    restart: discard this run's checkpoints and metrics and start fresh
+      (:class:`RoundDriver`'s ``restart``, the experiments' ``--restart``).
   """
+  if not isinstance(hyperparameters, Mapping) or not hyperparameters:
+    raise ToolkitValueError(
+        "run_record_level needs hyperparameters={...}: the training hyperparameters "
+        "the process was built with (e.g. {'client_learning_rate': 0.1, "
+        "'client_optimizer': 'sgd', 'server_learning_rate': 1.0}); they go into the "
+        "checkpoint fingerprint, so a resume under other ones is refused.")
   accountant = plan.new_accountant()
   client_ids = federation.client_ids
   randomness = PrivacyRandomness.for_run(run_seed, f"rpdp/{plan.method}",
@@ -139,9 +176,20 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
       client_input_fn=record_input_fn(federation, plan, accountant, randomness),
       output_dir=output_dir, evaluate_fn=evaluate_fn, eval_every=eval_every,
       checkpoint_every=checkpoint_every, progress=progress,
-      run_fingerprint=[{k: v for k, v in plan.calibration.items() if k != "seconds"},
-                       dataclasses.asdict(plan.params), run_seed, _rates_digest(plan),
-                       fingerprint, insecure_reproducible_noise],
+      run_fingerprint=fingerprint_lib.run_fingerprint(
+          calibration={"method": plan.method, "noise_multiplier": plan.noise_multiplier,
+                       "clip_norm": plan.clip_norm, "params": dataclasses.asdict(plan.params),
+                       "summary": {k: v for k, v in plan.calibration.items()
+                                   if k != "seconds"},
+                       **_rates_digest(plan)},
+          training=hyperparameters,
+          data={"records": fingerprint_lib.records_identity(federation.x, federation.y),
+                "name": fingerprint},
+          model=(fingerprint_lib.keras_model_identity(keras_builder())
+                 if keras_builder is not None else None),
+          run_seed=run_seed,
+          insecure_reproducible_noise=insecure_reproducible_noise),
+      restart=restart,
       padding_input_fn=empty_input_fn(federation), record_accountant=accountant,
       privacy_randomness=randomness, release_only=release_only,
       eval_metrics=tuple(eval_metrics))
