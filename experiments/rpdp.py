@@ -38,23 +38,21 @@ the paper's two-layer CNN, 32×32×3 data the IDP-FedAvg CNN).
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import logging
 import math
 import os
 import sys
-from typing import Callable, Mapping, Optional
+from typing import Optional
 
 from absl import app
 from absl import flags
 from absl import logging as absl_logging
 import numpy as np
-import tensorflow as tf
-import tensorflow_federated as tff
+# TensorFlow before absl parses the flags (tf.keras breaks if first imported in app.run).
+import tensorflow as tf  # noqa: F401  pylint: disable=unused-import
 
 from experiments import cli
-from experiments import common
 from experiments import privacy_flags
 from tff_idp import models
 from tff_idp import preferences
@@ -62,10 +60,8 @@ from tff_idp import runtime
 from tff_idp.accounting.rdp_two_stage import THREAT_MODELS
 from tff_idp.accounting.rdp_two_stage import TwoStageParams
 from tff_idp.client_work import importance
-from tff_idp.client_work.process import build_rpdp_fedavg_process
-from tff_idp.training import group_metrics
 from tff_idp.training import record_level
-from tff_idp.training.metrics import read_metrics
+from tff_idp.training import record_runs
 
 _DISTRIBUTION = flags.DEFINE_enum(
     "distribution", "three_levels", sorted([*preferences.DISTRIBUTIONS, preferences.BY_CLASS]),
@@ -144,15 +140,11 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 privacy_flags.define()
 
 
-@dataclasses.dataclass
-class Federation:
-  records: record_level.RecordFederation
-  test_x: np.ndarray
-  test_y: np.ndarray
-  keras_builder: object
-  name: str
-  num_classes: int
-  head: str = "softmax"
+Federation = record_runs.Federation
+format_table = record_runs.format_table
+group_summary = record_runs.group_summary
+plot = record_runs.plot
+run = record_runs.run
 
 
 def synthetic_federation(num_clients: int, users_per_silo: int, iid: bool,
@@ -244,199 +236,6 @@ def make_distribution():
     return preferences.ThreeLevels(tuple(float(v) for v in _LEVELS.value),
                                    tuple(float(v) for v in _LEVEL_RATIOS.value))
   return preferences.make_distribution(_DISTRIBUTION.value)
-
-
-def group_summary(final_rows: list[dict], group_names: list[str]) -> dict:
-  """Per-group utility of the final evaluations (one metrics.csv row per seed).
-
-  Means over seeds of each group's accuracy and macro recall, of the worst
-  group's accuracy and of the imbalance (std of the per-group recalls,
-  INO-SGD D.4.3), with the worst group of every seed. Missing values (a
-  group without test examples) are NaN.
-  """
-  def values(column: str) -> np.ndarray:
-    return np.array([math.nan if r.get(column) is None else float(r[column])
-                     for r in final_rows])
-
-  accuracy = {g: values(f"eval_acc/{g}") for g in group_names}
-  worst = []
-  for i in range(len(final_rows)):
-    scored = [(accuracy[g][i], g) for g in group_names if not math.isnan(accuracy[g][i])]
-    worst.append(min(scored, key=lambda t: t[0])[1] if scored else None)
-  worst_acc = values("eval_worst_group_accuracy")
-  imbalance = values("eval_imbalance")
-  return {
-      "group_accuracy": {g: float(np.mean(a)) for g, a in accuracy.items()},
-      "group_recall": {g: float(np.mean(values(f"eval_recall/{g}"))) for g in group_names},
-      "worst_groups": worst, "final_worst_group_accuracies": worst_acc.tolist(),
-      "mean_worst_group_accuracy": float(np.mean(worst_acc)),
-      "final_imbalances": imbalance.tolist(), "mean_imbalance": float(np.mean(imbalance))}
-
-
-def format_table(results: list[dict], num_seeds: int) -> str:
-  """The Fig. 8-style table; with budgets by class, per-group utility columns too."""
-  by_group = all("group_accuracy" in r for r in results)
-  head = (f"| method | accuracy (mean ± sd, {num_seeds} seed(s)) | E[batch]/step | "
-          "records with q=0 | excluded at end | mean ε spent / mean budget | "
-          "max budget used vs effective ε | budget used vs own ε_ij (max / mean) | SCF R² | "
-          "lowered by exact check |")
-  rule = "|---|---|---|---|---|---|---|---|---|---|"
-  if by_group:
-    head += (" accuracy per group (mean) | worst group accuracy (mean) | "
-             "imbalance (sd of group recalls) |")
-    rule += "---|---|---|"
-  lines = [head, rule]
-  for r in results:
-    c = r["calibration"]
-    r2 = f"{c['r_squared']:.4f}" if "r_squared" in c else "—"
-    lowered = c.get("lowered_by_exact_check", "—")
-    spent = "—" if r["mean_epsilon_spent"] is None else \
-        f"{r['mean_epsilon_spent']:.3f} / {r['mean_budget']:.3f}"
-    excluded = "—" if r["excluded_at_end"] is None else r["excluded_at_end"]
-    vs_effective = "—" if r.get("max_budget_used_vs_effective") is None else \
-        f"{r['max_budget_used_vs_effective']:.3f}"
-    vs_own = "—" if r.get("max_budget_used_vs_own") is None else \
-        f"{r['max_budget_used_vs_own']:.3f} / {r['mean_budget_used_vs_own']:.3f}"
-    lines.append(
-        f"| {r['method']} | {100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} | "
-        f"{r['mean_expected_batch']:.1f} | {r['records_q0']} | {excluded} | "
-        f"{spent} | {vs_effective} | {vs_own} | {r2} | {lowered} |")
-    if by_group:
-      per_group = ", ".join(f"{g}: {100 * a:.2f}" for g, a in r["group_accuracy"].items())
-      worst = ", ".join(dict.fromkeys(g for g in r["worst_groups"] if g)) or "—"
-      lines[-1] += (f" {per_group} | {100 * r['mean_worst_group_accuracy']:.2f} ({worst}) | "
-                    f"{100 * r['mean_imbalance']:.2f} |")
-  return "\n".join(lines)
-
-
-def plot(results: list[dict], out: str) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
-  for r in results:
-    h = np.asarray(r["history"], dtype=float)
-    if h.size:
-      ax0.plot(h[:, 0], h[:, 1], marker=".", label=r["method"])
-  ax0.set_xlabel("round")
-  ax0.set_ylabel("test accuracy (first seed)")
-  ax0.grid(alpha=0.3)
-  ax0.legend()
-  budgets = results[0]["budget_sample"]
-  ax1.hist(budgets, bins=np.geomspace(max(min(budgets), 1e-3), max(budgets) * 1.01, 40))
-  ax1.set_xscale("log")
-  ax1.set_xlabel("ε_ij")
-  ax1.set_ylabel("records")
-  ax1.set_title("privacy preferences")
-  fig.tight_layout()
-  fig.savefig(out, dpi=120)
-  plt.close(fig)
-
-
-def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, seeds,
-        output_dir: str, clip_norm: float, learning_rate: float, privacy_free_batch: float,
-        eval_every: int, checkpoint_every: int, progress: bool,
-        estimator: str = "scf", insecure_reproducible_noise: bool = False,
-        release_only: bool = False,
-        local_weight_fn: Optional[Callable] = None,
-        local_algorithm: str = "dp_sgd",
-        class_groups: Optional[Mapping[int, str]] = None) -> list[dict]:
-  """Every method × seed; returns one summary row per method.
-
-  ``local_weight_fn`` (e.g. INO-SGD's ``importance.ino_example_weight_fn``)
-  weights the clipped gradients of the private methods' local steps; it does
-  not apply to PrivacyFree, which does not clip. ``class_groups`` (``{label:
-  "eps=<ε>"}``, budgets by class) adds per-group utility to the evaluation,
-  to metrics.csv and to each summary row (:func:`group_summary`).
-
-  Each row reports the last seed's budget usage (rPDP-FL §6.2 ledger) twice:
-  ``max_budget_used_vs_effective``, ε spent / the budget the method calibrated
-  to and enforced (ε_min for Minimum, ε_mod for Dropout, ε_ij for ours;
-  ``max_budget_used`` is the same value under its earlier name), and
-  ``max_budget_used_vs_own`` / ``mean_budget_used_vs_own``, ε spent / each
-  record's own ε_ij (for ours the same as vs effective; for Minimum the mean
-  shows the personal budget left unused; Dropout's dropped records count 0).
-  """
-  spec = collections.OrderedDict(
-      x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
-      y=tf.TensorSpec([None], tf.int32))
-  model_fn = models.tff_model_fn(federation.keras_builder, spec, head=federation.head)
-  evaluate = common.keras_evaluator(federation.keras_builder, federation.test_x,
-                                    federation.test_y, batch_size=2048,
-                                    class_groups=class_groups, head=federation.head)
-  group_names = list(dict.fromkeys(class_groups.values())) if class_groups else []
-  # Evaluator keys beyond loss and accuracy, written to metrics.csv as eval_<key>.
-  eval_metrics = [k for k in group_metrics.flat_field_names(group_names)
-                  if k != "accuracy"] if class_groups else []
-  plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch,
-                                            estimator) for m in methods}
-  processes = {}
-  results = []
-  flat_budgets = np.concatenate(list(budgets.values()))
-  for method in methods:
-    plan = plans[method]
-    key = (plan.noise_multiplier, plan.clip_norm)
-    if key not in processes:
-      processes[key] = build_rpdp_fedavg_process(
-          model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate),
-          server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
-          local_steps=params.local_steps, noise_multiplier=plan.noise_multiplier,
-          clip_norm=plan.clip_norm, loss_fn=models.per_example_loss(federation.head),
-          example_weight_fn=local_weight_fn if math.isfinite(plan.clip_norm) else None)
-    finals, final_rows, history, accountant = [], [], [], None
-    for seed in seeds:
-      run_dir = os.path.join(output_dir, method, f"seed{seed}")
-      _, _, accountant = record_level.run_record_level(
-          processes[key], federation.records, plan, seed, run_dir, evaluate,
-          eval_every, checkpoint_every, progress,
-          fingerprint={"head": federation.head},
-          hyperparameters={"client_optimizer": "sgd", "client_learning_rate": learning_rate,
-                           "server_optimizer": "sgd", "server_learning_rate": 1.0,
-                           "local_steps": params.local_steps,
-                           "local_algorithm": local_algorithm},
-          keras_builder=federation.keras_builder,
-          insecure_reproducible_noise=insecure_reproducible_noise,
-          release_only=release_only, eval_metrics=eval_metrics)
-      rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
-      finals.append(rows[-1]["eval_accuracy"])
-      final_rows.append(rows[-1])
-      if not history:
-        history = [[r["round"], r["eval_accuracy"]] for r in rows
-                   if r["eval_accuracy"] is not None]
-    all_q = np.concatenate(list(plan.rates.values()))
-    expected = np.mean([plan.rates[c].sum() for c in plan.rates])
-    spent = accountant.spent() if accountant is not None else None
-    # Under Type I the record ledger follows the secret client sampling: it is
-    # a diagnostic, left out of a release-only summary.
-    ledger_is_diagnostic = accountant is not None and accountant.metrics_depend_on_sampling
-    withheld = release_only and ledger_is_diagnostic
-    # Budget usage (rPDP-FL §6.2 ledger, last seed): against the effective ε the
-    # method calibrated to (ε_min, ε_mod; ε_ij for ours) and against each
-    # record's own ε_ij (Minimum's unused budget, Dropout's dropped records at 0).
-    ledger = accountant.metrics() if accountant is not None and not withheld else None
-    usage = lambda name: None if ledger is None else ledger[name]
-    groups = {}
-    if class_groups:
-      groups = dict(group_summary(final_rows, group_names), groups={
-          g: [c for c, name in sorted(class_groups.items()) if name == g]
-          for g in group_names})
-    results.append({
-        "method": method, "final_accuracies": finals,
-        "mean_accuracy": float(np.mean(finals)), "std_accuracy": float(np.std(finals)),
-        "mean_expected_batch": float(expected), "records_q0": int(np.sum(all_q == 0)),
-        "excluded_at_end": (None if withheld else
-                            accountant.metrics()["records_excluded"] if accountant else 0),
-        "mean_epsilon_spent": (float(spent.mean()) if spent is not None and not withheld
-                               else None),
-        # max_budget_used: the vs-effective value, under its earlier name.
-        "max_budget_used": usage("budget_used_max_vs_effective"),
-        "max_budget_used_vs_effective": usage("budget_used_max_vs_effective"),
-        "max_budget_used_vs_own": usage("budget_used_max_vs_own"),
-        "mean_budget_used_vs_own": usage("budget_used_mean_vs_own"),
-        "mean_budget": float(np.mean(flat_budgets)) if spent is not None else None,
-        "calibration": plan.calibration, "history": history,
-        "budget_sample": flat_budgets[:5000].tolist(), **groups})
-  return results
 
 
 @cli.entry
