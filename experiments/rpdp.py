@@ -137,6 +137,9 @@ _EVAL_EVERY = flags.DEFINE_integer("eval_every", 5, "Evaluate every k rounds.")
 _CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", 5, "Checkpoint every k rounds.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+_RESTART = flags.DEFINE_bool(
+    "restart", False, "Discard the checkpoints and metrics in --output_dir and start fresh "
+    "(default: resume; a finished run is reported, not retrained).")
 privacy_flags.define()
 
 
@@ -310,7 +313,7 @@ def main(argv):
                   _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
                   _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
                   privacy_flags.insecure(), privacy_flags.release_only(),
-                  local_weight_fn, local_algorithm, class_groups)
+                  local_weight_fn, local_algorithm, class_groups, _RESTART.value)
   table = format_table(results, len(seeds))
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   with open(os.path.join(_OUTPUT_DIR.value, "summary.md"), "w") as f:

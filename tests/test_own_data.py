@@ -76,3 +76,20 @@ def test_paper_preset_runs_on_a_saved_image_split(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "20 clients" in proc.stdout
   assert "paper (%)" not in proc.stdout  # the paper's numbers are not for this data
+
+
+@pytest.mark.slow
+def test_changed_learning_rate_refuses_resume_until_restart(hospitals, tmp_path):
+  base = [f"--dataset={hospitals}", "--rounds=2", "--seeds=0", "--methods=ours",
+          "--client_rate=1", "--eval_every=2", "--checkpoint_every=1",
+          f"--output_dir={tmp_path / 'run'}"]
+  assert _run("experiments.rpdp", base).returncode == 0
+  again = _run("experiments.rpdp", base)  # finished: reported, not retrained
+  assert again.returncode == 0, again.stderr[-3000:]
+  refused = _run("experiments.rpdp", base + ["--learning_rate=0.5"])
+  assert refused.returncode == 2, refused.stderr[-3000:]
+  line = refused.stderr.strip().splitlines()[-1]
+  assert line.startswith("error: ") and "client_learning_rate" in line and "--restart" in line
+  assert "Traceback" not in refused.stderr
+  fresh = _run("experiments.rpdp", base + ["--learning_rate=0.5", "--restart"])
+  assert fresh.returncode == 0, fresh.stderr[-3000:]

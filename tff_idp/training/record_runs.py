@@ -136,8 +136,13 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         release_only: bool = False,
         local_weight_fn: Optional[Callable] = None,
         local_algorithm: str = "dp_sgd",
-        class_groups: Optional[Mapping[int, str]] = None) -> list[dict]:
+        class_groups: Optional[Mapping[int, str]] = None,
+        restart: bool = False) -> list[dict]:
   """Every method × seed; returns one summary row per method.
+
+  ``restart`` discards each run directory's checkpoints and metrics first
+  (the ``--restart`` flag); otherwise a rerun resumes, and a finished run
+  returns its stored rows.
 
   ``local_weight_fn`` (e.g. INO-SGD's ``importance.ino_example_weight_fn``)
   weights the clipped gradients of the private methods' local steps; it does
@@ -192,7 +197,7 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
                            "local_algorithm": local_algorithm},
           keras_builder=federation.keras_builder,
           insecure_reproducible_noise=insecure_reproducible_noise,
-          release_only=release_only, eval_metrics=eval_metrics)
+          release_only=release_only, eval_metrics=eval_metrics, restart=restart)
       rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
       finals.append(rows[-1]["eval_accuracy"])
       final_rows.append(rows[-1])
