@@ -61,7 +61,7 @@ def test_per_example_sigmoid_loss_matches_keras():
   assert soft.numpy()[0] == pytest.approx(np.log(1 + np.exp(-1.0)), rel=1e-6)
 
 
-def test_sigmoid_tff_model_trains_a_round():
+def test_sigmoid_tff_model_trains_a_round(tff_runtime):  # pylint: disable=unused-argument
   spec = collections.OrderedDict(x=tf.TensorSpec([None, 3], tf.float32),
                                  y=tf.TensorSpec([None], tf.int32))
   builder = lambda: models.build_logistic_regression(3, 2, head="sigmoid")  # noqa: E731
