@@ -13,3 +13,41 @@ def tff_runtime():
   rt.start()
   yield rt
   rt.close()
+
+
+def _worker_children() -> list[int]:
+  """PIDs of TFF worker_binary processes whose parent is this pytest process."""
+  import os  # pylint: disable=g-import-not-at-top
+  pids = []
+  for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f"/proc/{entry}/stat") as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+      with open(f"/proc/{entry}/cmdline", "rb") as f:
+        cmd = f.read()
+    except OSError:
+      continue
+    if ppid == os.getpid() and b"worker_binary" in cmd:
+      pids.append(int(entry))
+  return pids
+
+
+def pytest_sessionfinish(session, exitstatus):
+  """Fails the run if a test let TFF start its own (orphan-prone) worker.
+
+  Such a worker comes from executing a TFF computation without the
+  ``tff_runtime`` fixture; it would outlive pytest and hold CI's pipes open.
+  It is stopped here (it is this process's own child) and the run fails.
+  """
+  del exitstatus
+  import os  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  leaked = _worker_children()
+  for pid in leaked:
+    os.kill(pid, signal.SIGKILL)
+  if leaked:
+    print(f"\nERROR: {len(leaked)} TFF worker_binary process(es) started outside the "
+          "tff_runtime fixture (a test ran TFF without requesting it); stopped them.")
+    session.exitstatus = 1
