@@ -38,7 +38,6 @@ the paper's two-layer CNN, 32×32×3 data the IDP-FedAvg CNN).
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import math
 import os
@@ -314,14 +313,8 @@ def main(argv):
                   _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
                   privacy_flags.insecure(), privacy_flags.release_only(),
                   local_weight_fn, local_algorithm, class_groups, _RESTART.value)
-  table = format_table(results, len(seeds))
-  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
-  with open(os.path.join(_OUTPUT_DIR.value, "summary.md"), "w") as f:
-    f.write(table + "\n")
-  with open(os.path.join(_OUTPUT_DIR.value, "summary.json"), "w") as f:
-    config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
-    json.dump({"config": config, "results": results}, f, indent=1, default=str)
-  plot(results, os.path.join(_OUTPUT_DIR.value, "accuracy.png"))
+  config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
+  table = record_runs.write_summary(results, len(seeds), _OUTPUT_DIR.value, config)
   print()
   print(table)
   print(f"\nmetrics, checkpoints, summary.md/json and accuracy.png in {_OUTPUT_DIR.value}")

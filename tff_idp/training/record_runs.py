@@ -238,3 +238,19 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         "calibration": plan.calibration, "history": history,
         "budget_sample": flat_budgets[:5000].tolist(), **groups})
   return results
+
+
+def write_summary(results: list[dict], num_seeds: int, output_dir: str,
+                  config: Optional[dict] = None) -> str:
+  """Writes ``summary.md`` (the table), ``summary.json`` (config + rows) and
+  ``accuracy.png`` into ``output_dir``; returns the table."""
+  import json  # pylint: disable=g-import-not-at-top
+  table = format_table(results, num_seeds)
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, "summary.md"), "w") as f:
+    f.write(table + "\n")
+  with open(os.path.join(output_dir, "summary.json"), "w") as f:
+    json.dump({"config": config or {}, "results": results}, f, indent=1, default=str)
+  plot(results, os.path.join(output_dir, "accuracy.png"))
+  return table
+
