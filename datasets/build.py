@@ -19,6 +19,13 @@ import sys
 from absl import app
 from absl import flags
 
+from tff_idp import cli
+from tff_idp import console
+
+console.quiet_tensorflow()  # before the builders import TensorFlow; --verbose keeps its logs
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+
 from datasets import builder
 from datasets import loader
 from datasets import sources
@@ -59,6 +66,7 @@ def spec_from_flags() -> specs.FederationSpec:
                               _SEED.value, params).resolved()
 
 
+@cli.entry
 def main(argv) -> int:
   del argv
   if _DATASET.value is None:

@@ -46,8 +46,8 @@ from absl import flags
 from absl import logging as absl_logging
 import numpy as np
 
-from experiments import cli
 from experiments import privacy_flags
+from tff_idp import cli
 from tff_idp import filter_gd  # its TensorFlow parts import TF lazily
 from tff_idp import preferences
 from tff_idp.accounting import record_calibration

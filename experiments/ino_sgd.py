@@ -58,8 +58,8 @@ from absl import flags
 from absl import logging as absl_logging
 import numpy as np
 
-from experiments import cli
 from experiments import privacy_flags
+from tff_idp import cli
 from tff_idp.accounting import owner_plan
 from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.privacy_randomness import PrivacyRandomness

@@ -42,8 +42,8 @@ from absl import logging as absl_logging
 from datasets import loader
 from datasets import sources
 from datasets import specs
-from experiments import cli
 from experiments import privacy_flags
+from tff_idp import cli
 from tff_idp.accounting import exact
 
 PAPER_RUNS = ("nonprivate", "0-0-100", "34-43-23", "54-37-9", "100-0-0")

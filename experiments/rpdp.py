@@ -51,8 +51,8 @@ import numpy as np
 # TensorFlow before absl parses the flags (tf.keras breaks if first imported in app.run).
 import tensorflow as tf  # noqa: F401  pylint: disable=unused-import
 
-from experiments import cli
 from experiments import privacy_flags
+from tff_idp import cli
 from tff_idp import models
 from tff_idp import preferences
 from tff_idp import runtime

@@ -30,7 +30,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from experiments import cli
+from tff_idp import cli
 from tff_idp.accounting import rdp_two_stage
 from tff_idp.accounting import scf
 from tff_idp.accounting.rdp_two_stage import THREAT_MODELS

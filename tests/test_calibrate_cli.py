@@ -114,7 +114,7 @@ def test_infeasible_budget_exit_2():
 def test_non_numeric_epsilon_exit_2():
   proc = run_cli("--epsilons=1,abc", "--ratios=0.5,0.5")
   assert proc.returncode == 2
-  assert "--epsilons must be a comma-separated list of numbers" in proc.stderr
+  assert "error: --epsilons: 'abc' is not a number" in proc.stderr
 
 
 def test_cli_does_not_import_tensorflow():

@@ -11,7 +11,7 @@ import time
 from absl import flags
 import pytest
 
-from experiments import cli
+from tff_idp import cli
 from tff_idp import console
 from tff_idp.errors import OutputDirError
 from tff_idp.errors import TffIdpError

@@ -14,6 +14,8 @@ import time
 from absl import app
 from absl import flags
 
+from tff_idp import cli
+
 from tff_idp.accounting import exact
 from tff_idp.accounting import sample
 from tff_idp.accounting import validation
@@ -57,6 +59,7 @@ def format_table(cal: sample.GroupCalibration) -> str:
   return "\n".join(lines)
 
 
+@cli.entry
 def main(argv: list[str]) -> int:
   del argv
   try:

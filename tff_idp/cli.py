@@ -1,0 +1,330 @@
+"""What every entry module shares: flag checks, one-line errors, Ctrl-C, output dirs.
+
+* :func:`entry` wraps an absl ``main``: it checks every flag the module
+  defined against :data:`RULES` before anything runs, prints toolkit errors
+  (:class:`tff_idp.errors.TffIdpError`, ``ValueError``, missing files) as one
+  line ``error: <message>`` with exit status 2, prints
+  ``interrupted; resume with the same command`` (status 130) on SIGINT and
+  ``terminated; ...`` (143) on SIGTERM instead of a traceback, and releases
+  the output-directory lock. ``--verbose`` also prints the traceback.
+* :func:`prepare_output_dir` creates the output directory, checks it is
+  writable, and takes an exclusive lock on it for the life of the run, so
+  a bad ``--output_dir`` fails in a second, before calibration or a worker
+  start, and a second run into the same directory is refused.
+* :func:`float_list` / :func:`int_list` parse list flags with a message that
+  names the flag.
+
+The flag rules are by name, so a name means the same range in every module
+(``--rounds`` is a positive integer everywhere). Flags without a rule must
+still be finite (floats) and non-negative (integers).
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import functools
+import math
+import os
+import signal
+import sys
+import traceback
+from typing import Callable, Optional
+
+from absl import flags
+
+from tff_idp import console
+from tff_idp.errors import OutputDirError
+from tff_idp.errors import TffIdpError
+from tff_idp.errors import ToolkitValueError
+
+if console.VERBOSE_FLAG not in flags.FLAGS:
+  flags.DEFINE_bool(console.VERBOSE_FLAG, False,
+                    "Show TensorFlow's log lines and the traceback of errors.")
+
+LOCK_FILE = ".experiment.lock"
+INTERRUPTED = "interrupted; resume with the same command"
+TERMINATED = "terminated; resume with the same command"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """The valid range of a numeric flag (or of each item of a list flag)."""
+  kind: str  # "int" | "float"
+  low: Optional[float] = None
+  low_open: bool = False
+  high: Optional[float] = None
+  high_open: bool = False
+  allow_inf: bool = False
+  meaning: str = ""
+
+  def describe(self) -> str:
+    parts = []
+    if self.low is not None:
+      parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+    if self.high is not None:
+      parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+    what = "an integer" if self.kind == "int" else (
+        "a number" if self.allow_inf else "a finite number")
+    return f"{what} {' and '.join(parts)}".strip() + (" (inf allowed)" if self.allow_inf else "")
+
+  def ok(self, value: float) -> bool:
+    if isinstance(value, float) and math.isnan(value):
+      return False
+    if isinstance(value, float) and math.isinf(value):
+      return self.allow_inf and (self.high is None or value < 0) and (
+          self.low is None or value > 0)
+    if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+      return False
+    if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+      return False
+    return True
+
+
+def _pos_int(meaning: str = "") -> Rule:
+  return Rule("int", low=1, meaning=meaning)
+
+
+def _nonneg_int(meaning: str = "") -> Rule:
+  return Rule("int", low=0, meaning=meaning)
+
+
+def _pos_float(meaning: str = "") -> Rule:
+  return Rule("float", low=0, low_open=True, meaning=meaning)
+
+
+def _unit_interval(meaning: str = "", high_open: bool = False) -> Rule:
+  return Rule("float", low=0, low_open=True, high=1, high_open=high_open, meaning=meaning)
+
+
+# One range per flag name, for every module that defines that name.
+RULES: dict[str, Rule] = {
+    # counts
+    "rounds": _pos_int("federated rounds"),
+    "local_epochs": _pos_int("local passes over each client's data"),
+    "batch_size": _pos_int("examples per client batch"),
+    "eval_batch_size": _pos_int("test examples per evaluation batch"),
+    "eval_every": _pos_int("rounds or steps between evaluations"),
+    "checkpoint_every": _pos_int("rounds between checkpoints"),
+    "local_steps": _pos_int("local DP-SGD steps per round"),
+    "steps": _pos_int("DP-SGD steps"),
+    "num_clients": _pos_int("clients in the federation"),
+    "users_per_silo": _pos_int("Synthetic users per silo"),
+    "table3_examples": _pos_int("records in the Table 3 subset"),
+    "table3_trials": _pos_int("Table 3 trials"),
+    "table3_steps": _pos_int("Table 3 DP-SGD steps"),
+    "bins": _pos_int("histogram bins"),
+    "examples_per_client": _pos_int("examples per client"),
+    "train_examples": _nonneg_int("records in the silo (0 = all)"),
+    "test_examples": _nonneg_int("test examples (0 = all)"),
+    "filter_steps": _nonneg_int("Filter GD steps (0 = --steps)"),
+    # rates, sizes and learning rates
+    "clients_per_round": _pos_float("expected clients per round"),
+    "client_learning_rate": _pos_float("client learning rate"),
+    "server_learning_rate": _pos_float("server learning rate"),
+    "learning_rate": _pos_float("learning rate"),
+    "filter_learning_rate": _pos_float("Filter learning rate"),
+    "table3_learning_rate": _pos_float("Table 3 learning rate"),
+    "clip_norm": _pos_float("clipping norm"),
+    "noise_multiplier": _pos_float("noise multiplier σ"),
+    "table3_noise_multiplier": _pos_float("Table 3 noise multiplier"),
+    "curve_sigma": _pos_float("σ of the curve"),
+    "clipped_count_stddev": _pos_float("σ_b, the noise of the adaptive clip's count"),
+    "privacy_free_batch": _pos_float("expected records per local step"),
+    "expected_batch": _pos_float("expected batch size"),
+    "ino_alpha": _pos_float("Beta(α, β) α"),
+    "ino_beta": _pos_float("Beta(α, β) β"),
+    "ino_gamma": Rule("float", low=0, meaning="INO tail length γ"),
+    "ino_gamma_ratio": Rule("float", low=0, meaning="γ as a fraction of E[Σ q C]"),
+    "alpha": Rule("float", low=0, meaning="heterogeneity / concentration α"),
+    "beta": Rule("float", low=0, meaning="heterogeneity / concentration β"),
+    "max_rate": _unit_interval("cap on a client's sampling rate"),
+    "client_rate": _unit_interval("client sampling rate λ"),
+    "delta": _unit_interval("target δ", high_open=True),
+}
+
+# Items of list flags.
+LIST_RULES: dict[str, Rule] = {
+    "budgets": Rule("float", low=0, low_open=True, allow_inf=True, meaning="ε per group"),
+    "epsilons": Rule("float", low=0, low_open=True, allow_inf=True, meaning="ε per group"),
+    "levels": Rule("float", low=0, low_open=True, allow_inf=True, meaning="ε levels"),
+    "ratios": Rule("float", low=0, high=1, meaning="group shares"),
+    "level_ratios": Rule("float", low=0, high=1, meaning="level shares"),
+    "seeds": _nonneg_int("training seeds"),
+    "drop_percents": Rule("float", low=0, high=100, high_open=True, meaning="percent dropped"),
+    "sigmas": _pos_float("noise multipliers"),
+    "curve_rates": _unit_interval("sampling rates"),
+}
+
+
+def _fail(name: str, value, rule: Rule, item: Optional[str] = None) -> ToolkitValueError:
+  what = rule.meaning or "the value"
+  if item is not None:
+    return ToolkitValueError(f"--{name}={value}: item {item} is out of range; each item "
+                             f"({what}) must be {rule.describe()}.")
+  return ToolkitValueError(f"--{name}={value}: {what} must be {rule.describe()}.")
+
+
+def parse_item(name: str, text: str, rule: Rule, full: Optional[str] = None):
+  """One list item parsed and range-checked; the error names the flag (``full``: its value)."""
+  try:
+    value = int(text) if rule.kind == "int" else float(text)
+  except ValueError:
+    kind = "integers" if rule.kind == "int" else "numbers"
+    raise ToolkitValueError(
+        f"--{name}: {text!r} is not {'an integer' if rule.kind == 'int' else 'a number'}; "
+        f"give comma-separated {kind}, e.g. "
+        f"--{name}={'0,1' if rule.kind == 'int' else '1,2,3'}.") from None
+  if not rule.ok(value):
+    if full is None:
+      flag_value = flags.FLAGS[name].value if name in flags.FLAGS else None
+      full = ",".join(flag_value) if isinstance(flag_value, list) else text
+    raise _fail(name, full, rule, item=text)
+  return value
+
+
+def float_list(name: str) -> list[float]:
+  """The list flag ``name`` as floats, checked against :data:`LIST_RULES`."""
+  rule = LIST_RULES.get(name, Rule("float"))
+  return [parse_item(name, t, rule) for t in (flags.FLAGS[name].value or [])]
+
+
+def int_list(name: str) -> list[int]:
+  """The list flag ``name`` as integers, checked against :data:`LIST_RULES`."""
+  rule = LIST_RULES.get(name, Rule("int"))
+  return [parse_item(name, t, rule) for t in (flags.FLAGS[name].value or [])]
+
+
+_FOREIGN_FLAG_MODULES = ("absl", "tensorflow", "jax", "tensorflow_federated", "google")
+
+
+def check_flags(flag_values: Optional[flags.FlagValues] = None) -> None:
+  """Checks every numeric flag the toolkit defined against its rule.
+
+  Flags of absl, TensorFlow and other libraries are left alone. Raises
+  ToolkitValueError for the first bad one, naming it and its valid range.
+  """
+  fv = flags.FLAGS if flag_values is None else flag_values
+  names = [f.name for module, module_flags in fv.flags_by_module_dict().items()
+           if not module.startswith(_FOREIGN_FLAG_MODULES) for f in module_flags]
+  for name in dict.fromkeys(names):
+    flag = fv[name]
+    value = flag.value
+    if value is None:
+      continue
+    if name in LIST_RULES and isinstance(value, list):
+      for item in value:
+        parse_item(name, item, LIST_RULES[name], full=",".join(value))
+      continue
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      continue
+    rule = RULES.get(name)
+    if rule is None:  # unlisted numeric flags: finite and non-negative
+      rule = Rule("int", low=0) if isinstance(value, int) else Rule("float")
+    if not rule.ok(value):
+      raise _fail(name, value, rule)
+
+
+# ----------------------------------------------------------------- output dir
+_held_locks: list = []
+
+
+def prepare_output_dir(path: str, flag: str = "output_dir") -> str:
+  """Creates ``path``, checks it is writable and locks it for this process.
+
+  Returns the normalised path. Raises OutputDirError naming the flag when it
+  cannot be created or written, or when another run holds its lock.
+  """
+  if not path:
+    raise OutputDirError(f"--{flag} is empty; give a directory for the results.")
+  path = os.path.normpath(os.path.expanduser(path))
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise OutputDirError(f"--{flag}={path} exists and is not a directory.")
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    raise OutputDirError(f"--{flag}={path}: cannot create it ({e.strerror}); choose a "
+                         "writable directory.") from None
+  if not os.path.isdir(path):
+    raise OutputDirError(f"--{flag}={path} exists and is not a directory.")
+  lock_path = os.path.join(path, LOCK_FILE)
+  try:
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+  except OSError as e:
+    raise OutputDirError(f"--{flag}={path} is not writable ({e.strerror}); choose "
+                         "another directory or fix its permissions.") from None
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    try:
+      holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+    finally:
+      os.close(fd)
+    raise OutputDirError(
+        f"--{flag}={path} is in use by another run (pid {holder}); two runs writing one "
+        "directory would interleave their metrics and checkpoints. Wait for it, or give "
+        "this run another directory.") from None
+  os.ftruncate(fd, 0)
+  os.pwrite(fd, str(os.getpid()).encode(), 0)
+  _held_locks.append(fd)
+  return path
+
+
+def release_output_dirs() -> None:
+  """Releases every lock :func:`prepare_output_dir` took (closing releases flock)."""
+  while _held_locks:
+    os.close(_held_locks.pop())
+
+
+# ----------------------------------------------------------------- entry
+class _Terminated(BaseException):
+  """Raised by the SIGTERM handler so cleanup (``finally``, context managers) runs."""
+
+
+def _on_sigterm(signum, frame):
+  del signum, frame
+  raise _Terminated()
+
+
+def _verbose() -> bool:
+  try:
+    return bool(flags.FLAGS[console.VERBOSE_FLAG].value)
+  except (KeyError, flags.UnparsedFlagAccessError):
+    return console.verbose_requested()
+
+
+EXPECTED_ERRORS = (TffIdpError, ValueError, FileNotFoundError, NotADirectoryError,
+                   PermissionError)
+
+
+def entry(main: Callable[[list], Optional[int]]) -> Callable[[list], int]:
+  """Decorates an absl ``main``: checks flags, one-line errors, clean interrupts."""
+
+  @functools.wraps(main)
+  def wrapped(argv) -> int:
+    previous = None
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+      previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+      check_flags()
+      return main(argv) or 0
+    except EXPECTED_ERRORS as e:
+      if _verbose():
+        traceback.print_exc()
+      message = str(e) or type(e).__name__
+      if isinstance(e, (FileNotFoundError, PermissionError)) and e.filename and \
+          e.filename not in message:
+        message = f"{message}: {e.filename}"
+      print(f"error: {message}", file=sys.stderr, flush=True)
+      return 2
+    except KeyboardInterrupt:
+      print(f"\n{INTERRUPTED}", file=sys.stderr, flush=True)
+      return 130
+    except _Terminated:
+      print(f"\n{TERMINATED}", file=sys.stderr, flush=True)
+      return 143
+    finally:
+      release_output_dirs()
+      if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+  return wrapped
