@@ -137,6 +137,8 @@ def define_flags(p: PaperPreset) -> None:
   flags.DEFINE_float("max_rate", 1.0, "Cap on any client's sampling rate.")
   flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
   flags.DEFINE_bool("progress", True, "Progress bars.")
+  flags.DEFINE_bool("restart", False, "Discard the checkpoints and metrics in --output_dir "
+                    "and start fresh (default: resume).")
   privacy_flags.define()
   if p.comparisons:
     flags.DEFINE_enum("comparison", None, list(p.comparisons),
@@ -172,6 +174,7 @@ _FLAG_NAMES = frozenset([
     "delta", "accountant", "partition", "iid", "num_clients", "split_seed", "data_dir",
     "split_dir", "download", "dataset", "output_dir", "eval_every", "eval_batch_size",
     "checkpoint_every", "allow_overrun", "max_rate", "device", "progress", "comparison",
+    "restart",
     privacy_flags.INSECURE, privacy_flags.RELEASE_ONLY])
 
 
@@ -194,7 +197,7 @@ def _config(p: PaperPreset, v: dict):
       checkpoint_every=v["checkpoint_every"], allow_overrun=v["allow_overrun"],
       max_rate=v["max_rate"], progress=v["progress"],
       insecure_reproducible_noise=v[privacy_flags.INSECURE],
-      release_only=v[privacy_flags.RELEASE_ONLY])
+      release_only=v[privacy_flags.RELEASE_ONLY], restart=v["restart"])
 
 
 def paper_table(p: PaperPreset, partition: str, results: list[dict],

@@ -93,3 +93,36 @@ def test_changed_learning_rate_refuses_resume_until_restart(hospitals, tmp_path)
   assert "Traceback" not in refused.stderr
   fresh = _run("experiments.rpdp", base + ["--learning_rate=0.5", "--restart"])
   assert fresh.returncode == 0, fresh.stderr[-3000:]
+
+
+def test_run_idp_fedavg_on_your_arrays(tmp_path, tff_runtime):  # pylint: disable=unused-argument
+  from tff_idp import runners  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(3000, 8))
+  y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+  split = datasets.from_arrays(x[:2500], y[:2500], partition="iid", num_clients=100,
+                               test_x=x[2500:], test_y=y[2500:])
+  result = runners.run_idp_fedavg(split, head="sigmoid", rounds=3, clients_per_round=20,
+                                  runs=("nonprivate", "idp", "scale"), eval_every=3,
+                                  checkpoint_every=3, output_dir=str(tmp_path / "idp"),
+                                  progress=False, own_runtime=False)
+  assert [r["run"] for r in result.rows] == ["nonprivate", "34-43-23", "scale-34-43-23"]
+  assert "z_Δ" in result.table and (tmp_path / "idp" / "summary.json").exists()
+  idp = result.rows[1]
+  assert idp["noise_multiplier"] > 0 and len(idp["group_rates"]) == 3
+
+
+@pytest.mark.slow
+def test_idp_fedavg_cli_runs_a_saved_split(tmp_path):
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(1500, 5))
+  y = (x[:, 0] > 0).astype(np.int64)
+  path = str(tmp_path / "split")
+  datasets.from_arrays(x[:1200], y[:1200], partition="dirichlet", num_clients=60, alpha=1.0,
+                       test_x=x[1200:], test_y=y[1200:]).save(path)
+  proc = _run("experiments.idp_fedavg", [f"--dataset={path}", "--head=sigmoid", "--rounds=2",
+                                         "--runs=nonprivate", "--seeds=0",
+                                         "--clients_per_round=6",
+                                         f"--output_dir={tmp_path / 'out'}"])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "60 clients" in proc.stdout

@@ -100,8 +100,7 @@ def run_idp_fedavg(split, *, output_dir: str,
       server_learning_rate=float(server_learning_rate), client_optimizer=client_optimizer,
       delta=float(delta), accountant=accountant, output_dir=output_dir,
       eval_every=int(eval_every), checkpoint_every=int(checkpoint_every), progress=progress,
-      clipped_count_stddev=clipped_count_stddev, head=head,
-      data_identity=runs_lib.split_identity(split))
+      clipped_count_stddev=clipped_count_stddev, head=head)
   train = split.train_client_data()
   runs_lib.validate(config, len(train.client_ids))
   test_x, test_y = split.test_arrays()

@@ -1,0 +1,457 @@
+"""IDP-FedAvg runs end to end: run specs × seeds through one round loop, then a table.
+
+:func:`run_all` calibrates each run (``tff_idp.training.privacy_plan``;
+SAMPLE, IDP-FedAvg Alg. 1, or SCALE), builds its TFF process (Alg. 2 with
+adaptive clipping, :func:`tff_idp.training.process.build_idp_fedavg_process`),
+drives it with checkpoints and metrics (:class:`tff_idp.training.driver.RoundDriver`)
+and writes ``summary.json``, ``summary.md`` and ``accuracy.png`` into the
+output directory; :func:`validate` checks every run spec first and
+:func:`format_table` prints the comparison with paired statistics.
+``experiments.idp_fedavg`` and the paper presets are its command lines and
+:func:`tff_idp.runners.run_idp_fedavg` its one-call Python entry.
+
+Privacy randomness (aggregator noise, client sampling) is secret: each
+(run spec, seed) draws its own from OS entropy (``tff_idp.privacy_randomness``);
+the seeds control only model init, data order and the group assignment.
+``insecure_reproducible_noise`` derives it from the seed instead, for
+debugging, and labels every output NOT PRIVATE.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import math
+import os
+import zlib
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp import aggregators
+from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.privacy_randomness import PrivacyRandomness
+from tff_idp.sampling import PoissonClientSampler
+from tff_idp.training import evaluation
+from tff_idp.training import group_metrics
+from tff_idp.training import paired_stats
+from tff_idp.training import privacy_plan
+from tff_idp.training.driver import RoundDriver
+from tff_idp.training.metrics import read_metrics
+from tff_idp.training.process import build_idp_fedavg_process
+from tff_idp.training.process import scaled_client_data
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+  budgets: Sequence[float]
+  ratios: Sequence[float]
+  runs: Sequence[str]
+  seeds: Sequence[int]
+  rounds: int
+  clients_per_round: float
+  local_epochs: int
+  batch_size: int
+  client_learning_rate: float
+  server_learning_rate: float
+  client_optimizer: str
+  delta: float
+  accountant: str
+  output_dir: str
+  eval_every: int
+  checkpoint_every: int
+  allow_overrun: bool = False
+  max_rate: float = 1.0
+  progress: bool = True
+  # Derive noise and sampling from the seed: NOT PRIVATE, debugging only.
+  insecure_reproducible_noise: bool = False
+  # Write no diagnostics (un-noised statistics) at all.
+  release_only: bool = False
+  # σ_b, the noise std of the adaptive clip's count bit (Andrew et al. 2021,
+  # IDP-FedAvg Alg. 2). None: 0.05·c (``aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION``
+  # times each run's expected clients per round). The ledger charges σ, the
+  # total multiplier; the value noise z_Δ is derived from σ and σ_b so the
+  # pair composes to σ, so any σ_b > σ/2 is accounted.
+  clipped_count_stddev: Optional[float] = None
+  # C at round 0 of adaptive clipping. None: ``aggregators.DEFAULT_INITIAL_CLIP``
+  # (0.1, Andrew et al.'s standard setup, from which C grows by at most
+  # e^{η_C/2} ≈ 1.105 per round). Public (not charged): it is fixed before training.
+  initial_clip: Optional[float] = None
+  # Output head of the model: "softmax" or "sigmoid" (binary; ``tff_idp.models``).
+  head: str = "softmax"
+  # Discard existing checkpoints and metrics of every run directory first.
+  restart: bool = False
+
+
+def build_optimizer(name: str, lr: float) -> tff.learning.optimizers.Optimizer:
+  if name == "sgd":
+    return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+  if name == "adam":
+    return tff.learning.optimizers.build_adam(learning_rate=lr)
+  raise ValueError(f"optimizer {name!r} must be sgd or adam.")
+
+
+# Larger than any paper client (SVHN's hold 833-834 examples), so every
+# client's data is fully shuffled each epoch.
+CLIENT_SHUFFLE_BUFFER = 1024
+
+
+def client_input_fn(train_data: tff.simulation.datasets.ClientData,
+                    config: TrainingConfig, seed: int,
+                    clip_scales: Optional[dict] = None) -> Callable[[str, int], Any]:
+  """Local data for one client in one round: shuffled (seeded), epochs, batches."""
+
+  def make(client_id: str, round_num: int):
+    shuffle_seed = zlib.crc32(f"{seed}/{round_num}/{client_id}".encode())
+    ds = (train_data.create_tf_dataset_for_client(client_id)
+          .shuffle(CLIENT_SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=True)
+          .repeat(config.local_epochs).batch(config.batch_size))
+    if clip_scales is not None:
+      return scaled_client_data(ds, clip_scales[client_id])
+    return ds
+
+  return make
+
+
+keras_evaluator = evaluation.keras_evaluator  # the library's evaluator, under its old name
+
+
+def validate(config: TrainingConfig, num_clients: int) -> None:
+  """Checks every run spec and calibration before any training starts.
+
+  Raises ValueError with a message saying what to change, so a bad flag fails
+  in seconds rather than after the first runs have trained.
+  """
+  if not config.runs:
+    raise ValueError("--runs is empty; give at least one run spec.")
+  if not config.seeds:
+    raise ValueError("--seeds is empty; give at least one seed.")
+  for key in ("clipped_count_stddev", "initial_clip"):
+    value = getattr(config, key)
+    if value is not None and not (math.isfinite(value) and value > 0):
+      raise ValueError(f"--{key}={value} must be a finite number > 0 (or unset for "
+                       "the default).")
+  for text in config.runs:
+    spec = privacy_plan.parse_run_spec(text, config.ratios, len(config.budgets))
+    plan = privacy_plan.make_privacy_plan(
+        spec, config.budgets, num_clients, config.clients_per_round, config.rounds,
+        config.delta, config.accountant, config.seeds[0], config.allow_overrun,
+        config.max_rate)
+    # Adaptive clipping needs σ < 2σ_b (raises with advice otherwise).
+    noise_split(config, plan, spec.name)
+
+
+def _clip_kwargs(config: TrainingConfig) -> dict:
+  """Adaptive-clipping settings of ``config`` for the aggregator (unset: its defaults)."""
+  return {} if config.initial_clip is None else {"initial_clip": float(config.initial_clip)}
+
+
+def clipped_count_stddev(config: TrainingConfig, plan: privacy_plan.PrivacyPlan) -> float:
+  """σ_b of one run: ``config.clipped_count_stddev``, or 0.05·c when None.
+
+  c is the run's expected clients per round (``plan.expected_clients_per_round``),
+  the normaliser of the adaptive clip's count (Andrew et al. 2021 use σ_b = c/20).
+  """
+  if config.clipped_count_stddev is not None:
+    return float(config.clipped_count_stddev)
+  return aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION * plan.expected_clients_per_round
+
+
+def noise_split(config: TrainingConfig, plan: privacy_plan.PrivacyPlan,
+                run_name: str = "") -> tuple[Optional[float], Optional[float]]:
+  """(σ_b, z_Δ) of one run; (None, None) for a non-private run.
+
+  σ = ``plan.noise_multiplier`` is the overall multiplier the ledger charges
+  (Alg. 1's σ_SAMPLE, or SCALE's shared σ). Adaptive clipping spends part of
+  it on the clip's count bit (noise σ_b), so the clipped-update sum gets the
+  value multiplier z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2) >= σ (Andrew et al. Thm. 1,
+  ``aggregators.value_noise_multiplier``). Raises ValueError (naming the run
+  and the flag) when σ >= 2σ_b.
+  """
+  if plan.noise_multiplier is None:
+    return None, None
+  sigma_b = clipped_count_stddev(config, plan)
+  if not (sigma_b > 0 and math.isfinite(sigma_b)):
+    raise ValueError(f"--clipped_count_stddev={sigma_b} must be a finite number > 0.")
+  try:
+    z_value = aggregators.value_noise_multiplier(plan.noise_multiplier, sigma_b)
+  except ValueError:
+    default = ("" if config.clipped_count_stddev is not None else
+               f" (the default 0.05·c = {sigma_b:.4g})")
+    raise ValueError(
+        f"run {run_name or plan.spec.name}: adaptive clipping needs σ < 2·σ_b, i.e. "
+        f"--clipped_count_stddev > σ/2 = {plan.noise_multiplier / 2:.4g} for "
+        f"σ={plan.noise_multiplier:.4g}, got σ_b={sigma_b:.4g}{default}; raise "
+        "--clipped_count_stddev or --clients_per_round.") from None
+  return sigma_b, z_value
+
+
+def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
+            test_x: np.ndarray, test_y: np.ndarray,
+            aggregator_kwargs: Optional[dict] = None,
+            eval_batch_size: Optional[int] = None) -> list[dict]:
+  """Runs every (run spec, seed); returns one summary row per run spec.
+
+  Each row holds the plan summary (σ, σ_b, z_Δ, rates), the per-seed final
+  accuracies in ``config.seeds`` order, their mean and sd, and ``paired``:
+  the paired comparison with its reference row (``reference_runs``), or None.
+  """
+  for key in ("clipped_count_stddev", "initial_clip"):
+    if aggregator_kwargs and key in aggregator_kwargs:
+      raise ValueError(f"set TrainingConfig.{key} (--{key}), not aggregator_kwargs[{key!r}].")
+  client_ids = list(train_data.client_ids)
+  specs = [privacy_plan.parse_run_spec(r, config.ratios, len(config.budgets))
+           for r in config.runs]
+  evaluate = keras_evaluator(keras_builder, test_x, test_y, eval_batch_size,
+                             head=config.head)
+  results = []
+  for spec in specs:
+    finals, histories, plan_summary = [], [], None
+    process = None
+    for seed in config.seeds:
+      plan = privacy_plan.make_privacy_plan(
+          spec, config.budgets, len(client_ids), config.clients_per_round,
+          config.rounds, config.delta, config.accountant, seed,
+          config.allow_overrun, config.max_rate)
+      sigma_b, z_value = noise_split(config, plan)
+      plan_summary = dict(plan.summary(), clipped_count_stddev=sigma_b,
+                          value_noise_multiplier=z_value)
+      if process is None:
+        process = build_idp_fedavg_process(
+            model_fn,
+            client_optimizer=build_optimizer(config.client_optimizer,
+                                             config.client_learning_rate),
+            server_optimizer=build_optimizer("sgd", config.server_learning_rate),
+            noise_multiplier=plan.noise_multiplier,
+            expected_clients_per_round=plan.expected_clients_per_round,
+            per_client_clip_scale=plan.client_clip_scales is not None,
+            aggregator_kwargs=dict(aggregator_kwargs or {}, **plan.aggregator_kwargs(),
+                                   **_clip_kwargs(config), clipped_count_stddev=sigma_b)
+            if plan.noise_multiplier is not None else None)
+      scales = (dict(zip(client_ids, plan.client_clip_scales.tolist()))
+                if plan.client_clip_scales is not None else None)
+      run_dir = os.path.join(config.output_dir, spec.name, f"seed{seed}")
+      randomness = PrivacyRandomness.for_run(seed, f"idp_fedavg/{spec.name}",
+                                             config.insecure_reproducible_noise)
+      driver = RoundDriver(
+          process=_ProcessWithSecretNoise(process, randomness,
+                                          plan.noise_multiplier is not None),
+          sampler=PoissonClientSampler(client_ids, plan.client_rates,
+                                       randomness.sampling_seed()),
+          client_input_fn=client_input_fn(train_data, config, seed, scales),
+          output_dir=run_dir, ledger=plan.ledger,
+          group_names=[f"eps{b:g}" for b in config.budgets],
+          evaluate_fn=evaluate, eval_every=config.eval_every,
+          checkpoint_every=config.checkpoint_every,
+          run_fingerprint=_fingerprint_config(config, plan, plan_summary, seed, train_data,
+                                              keras_builder, aggregator_kwargs),
+          progress=config.progress, privacy_randomness=randomness,
+          release_only=config.release_only, restart=config.restart)
+      empty = (train_data.create_tf_dataset_for_client(client_ids[0]).take(0)
+               .batch(config.batch_size))
+      driver.padding_input_fn = (
+          (lambda e=empty: scaled_client_data(e, 1.0)) if scales is not None
+          else (lambda e=empty: e))
+      driver.run(config.rounds)
+      history = read_metrics(os.path.join(run_dir, "metrics.csv"))
+      histories.append(history)
+      finals.append(history[-1]["eval_accuracy"])
+      eps_spent = plan.ledger.spent() if plan.ledger is not None else None
+    results.append(dict(plan_summary, seeds=list(config.seeds), final_accuracies=finals,
+                        mean_accuracy=float(np.mean(finals)),
+                        std_accuracy=float(np.std(finals, ddof=1)) if len(finals) > 1
+                        else 0.0,
+                        epsilon_spent=list(eps_spent) if eps_spent else None,
+                        history=[[r["round"], r["eval_accuracy"]] for r in histories[0]
+                                 if r["eval_accuracy"] is not None]))
+  add_paired_comparisons(results)
+  write_summary(config, results)
+  return results
+
+
+def reference_runs(names: Sequence[str]) -> dict[str, Optional[str]]:
+  """The row each run is compared with (paired over seeds) in the table.
+
+  The paper's ordering (IDP-FedAvg Table I) is read down the ``--runs``
+  list: each run is compared with the nearest earlier non-SCALE run
+  (nonprivate − 0-0-100, 0-0-100 − 34-43-23, ...). A SCALE run
+  ``scale-X`` is compared with the SAMPLE run ``X`` when present (Sec. VI:
+  individual sampling beats noise scaling), else like any other run. The
+  first run has no reference (None).
+  """
+  refs: dict[str, Optional[str]] = {}
+  previous: Optional[str] = None
+  for name in names:
+    is_scale = name.startswith("scale-")
+    twin = name[len("scale-"):] if is_scale else None
+    refs[name] = twin if twin in names else previous
+    if not is_scale:
+      previous = name
+  return refs
+
+
+def add_paired_comparisons(results: list[dict]) -> None:
+  """Adds ``paired`` (a dict, or None) to every row: reference − this run.
+
+  A paired t-test over the seeds (``tff_idp.training.paired_stats``): pairs
+  share the seed, i.e. model init and data order; noise and sampling are
+  fresh per run. H1: the reference is more accurate.
+  """
+  by_name = {r["run"]: r for r in results}
+  refs = reference_runs([r["run"] for r in results])
+  for r in results:
+    ref = refs[r["run"]]
+    if ref is None:
+      r["paired"] = None
+      continue
+    a = by_name[ref]
+    r["paired"] = paired_stats.paired_comparison(
+        a["final_accuracies"], r["final_accuracies"], a=ref, b=r["run"]).to_dict()
+
+
+def _fingerprint_config(config: TrainingConfig, plan: Optional[privacy_plan.PrivacyPlan] = None,
+                        plan_summary: Optional[dict] = None, seed: int = 0,
+                        train_data: Any = None, keras_builder: Optional[Callable] = None,
+                        aggregator_kwargs: Optional[dict] = None) -> dict:
+  """One run's resume fingerprint (:mod:`tff_idp.training.fingerprint`).
+
+  Calibration: the plan (σ, σ_b, rates, clip scales, per-client rates and
+  groups) and the config's budgets, ratios, rounds, cohort, δ, accountant,
+  overrun, rate cap and clipping settings; training: every other config field
+  (learning rates, optimizers, local epochs, batch size, and any field added
+  later: unknown fields refuse a resume rather than pass silently); the data
+  (client ids and element structure), the model (layers), this run's seed and
+  the insecure-noise mode. Not: output_dir, runs, seeds (the list),
+  eval_every, checkpoint_every, progress, release_only.
+  """
+  from tff_idp.training import fingerprint  # pylint: disable=g-import-not-at-top
+  not_fingerprinted = ("runs", "seeds", "output_dir", "eval_every", "checkpoint_every",
+                       "progress", "release_only", "insecure_reproducible_noise",
+                       "restart")
+  calibration_fields = ("budgets", "ratios", "rounds", "clients_per_round", "delta",
+                        "accountant", "allow_overrun", "max_rate", "clipped_count_stddev",
+                        "initial_clip")
+  fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in not_fingerprinted}
+  calibration = {k: fields.pop(k) for k in calibration_fields if k in fields}
+  calibration["plan"] = plan_summary
+  if plan is not None:
+    calibration["client_rates"] = fingerprint.array_digest(plan.client_rates)
+    calibration["client_groups"] = (None if plan.client_groups is None
+                                    else fingerprint.array_digest(plan.client_groups))
+    calibration["aggregator"] = dict(aggregator_kwargs or {}, **plan.aggregator_kwargs())
+  return fingerprint.run_fingerprint(
+      calibration=calibration, training=dict(fields, server_optimizer="sgd"),
+      data=(fingerprint.client_data_identity(train_data) if train_data is not None else None),
+      model=(fingerprint.keras_model_identity(keras_builder())
+             if keras_builder is not None else None),
+      run_seed=seed, insecure_reproducible_noise=config.insecure_reproducible_noise)
+
+
+class _ProcessWithSecretNoise:
+  """Seeds the aggregator's noise from the run's privacy randomness at initialize.
+
+  The process is built once per run spec and shared by its seeds; each run
+  gets its own secret noise seed here (restored from the checkpoint when a
+  run resumes, since the whole state is).
+  """
+
+  def __init__(self, process, randomness: PrivacyRandomness, private: bool):
+    self._process, self._randomness, self._private = process, randomness, private
+
+  def initialize(self):
+    state = self._process.initialize()
+    if self._private:
+      state.aggregator["noise_seed"] = np.int64(self._randomness.aggregator_noise_seed())
+    return state
+
+  def __getattr__(self, name):
+    return getattr(self._process, name)
+
+
+def format_table(config: TrainingConfig, results: list[dict]) -> str:
+  """The results as a markdown table, with a paired comparison per row.
+
+  Columns: σ (the overall noise multiplier the ledger charges), z_Δ (the
+  multiplier actually added to the clipped-update sum once adaptive clipping
+  has taken its share, see ``noise_split``), the per-group sampling rates q
+  (Alg. 1), accuracy mean ± sd over the seeds, and ``paired Δ``: reference −
+  this run in accuracy points with its 95% t-interval and one-sided p
+  (``add_paired_comparisons``). A footnote names the test and n.
+  """
+  if any("paired" not in r for r in results):
+    results = [dict(r) for r in results]
+    add_paired_comparisons(results)
+  n = len(config.seeds)
+  budgets = "-".join(f"{b:g}" for b in config.budgets)
+  head = (f"| distribution (ε {budgets}) | σ | z_Δ | q per group | E[clients/round] | "
+          f"accuracy % (mean ± sd, {n} seed(s)) | paired Δ = ref − this "
+          f"(points, 95% CI, one-sided p) | separated |")
+  lines = [head, "|---|---|---|---|---|---|---|---|"]
+  for r in results:
+    sigma = "—" if r["noise_multiplier"] is None else f"{r['noise_multiplier']:.4f}"
+    z_value = r.get("value_noise_multiplier")
+    z_text = "—" if z_value is None else f"{z_value:.4f}"
+    qs = ", ".join(f"{q:.5f}" if size else "·" for q, size in
+                   zip(r["group_rates"], r["group_sizes"]))
+    pair = r.get("paired")
+    if pair is None:
+      pair_text, separated = "—", "—"
+    else:
+      pair_text = (f"vs {pair['a']}: "
+                   + paired_stats.PairedComparison.from_dict(pair).format())
+      separated = "—" if pair["n"] < 2 else ("yes" if pair["separated"] else "no")
+    lines.append(f"| {r['run']} | {sigma} | {z_text} | {qs} | "
+                 f"{r['expected_clients_per_round']:.2f} | "
+                 f"{100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} | "
+                 f"{pair_text} | {separated} |")
+  sigma_b = ("0.05·c" if config.clipped_count_stddev is None
+             else f"{config.clipped_count_stddev:g}")
+  chain = [r["paired"] for r in results
+           if r.get("paired") and not r["run"].startswith("scale-")]
+  lines += [
+      "",
+      f"ordering down the table: {sum(p['separated'] for p in chain)} of {len(chain)} "
+      "neighbouring pairs separated.",
+      f"paired Δ: {paired_stats.TEST_NAME} of the final accuracies, n={n} seed(s), "
+      f"df={max(n - 1, 0)}; pairs share the seed (model init, data order); noise and "
+      "sampling are fresh per run. p is one-sided (H1: ref more accurate); "
+      "separated = the 95% CI lies above 0. "
+      f"z_Δ: value noise multiplier for σ_b={sigma_b} (--clipped_count_stddev)."]
+  if config.insecure_reproducible_noise:
+    lines = [f"**{NOT_PRIVATE_LABEL}** (--insecure_reproducible_noise)", ""] + lines
+  return "\n".join(lines)
+
+
+def write_summary(config: TrainingConfig, results: list[dict]) -> None:
+  os.makedirs(config.output_dir, exist_ok=True)
+  warning = NOT_PRIVATE_LABEL if config.insecure_reproducible_noise else None
+  with open(os.path.join(config.output_dir, "summary.json"), "w") as f:
+    json.dump(dict({"privacy_warning": warning} if warning else {},
+                   config=dataclasses.asdict(config), results=results), f, indent=1,
+              default=lambda x: None if isinstance(x, float) and math.isinf(x) else str(x))
+  table = format_table(config, results)
+  with open(os.path.join(config.output_dir, "summary.md"), "w") as f:
+    f.write(table + "\n")
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+      h = np.asarray(r["history"], dtype=float)
+      if h.size:
+        ax.plot(h[:, 0], h[:, 1], marker=".", label=r["run"])
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (first seed)")
+    ax.set_title("IDP-FedAvg: accuracy per privacy distribution"
+                 + (f"\n{warning}" if warning else ""), color="red" if warning else "black")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(config.output_dir, "accuracy.png"), dpi=120)
+    plt.close(fig)
+  except ImportError:
+    logging.warning("matplotlib missing: no accuracy.png")
