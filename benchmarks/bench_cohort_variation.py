@@ -2,11 +2,19 @@
 
 TFF builds and caches an executor per cardinality. Poisson sampling changes
 the cohort size every round, so this runs ≥ 200 rounds of DP-FedAvg with
-(a) Poisson sampling and (b) a fixed cohort of the same mean size, side by
-side in one process, and reports per-round time and resident memory (Python
-process + TFF worker) early vs late in the run, as ratios.
+(a) a fixed cohort, (b) Poisson sampling of the same mean size and (c)
+Poisson sampling padded to multiples of 8 (what ``RoundDriver`` does), each
+on a fresh ``ExecutionRuntime`` (its own TFF worker) in one Python process,
+and reports per-round time and resident memory (Python process + TFF worker)
+early vs late in the run, as ratios.
 
-  python -m benchmarks.bench_cohort_variation [--rounds=240]
+The TFF worker alone is also reported after warm-up: its mean RSS over
+rounds 40-60 against the last 20 rounds (``worker_flatness``, target ≤ 1.05)
+and the growth per round between those windows (``worker_mib_per_round``).
+``--before_fix`` adds the padded run on a worker with glibc's default malloc
+arenas and no idle-executor eviction (the runtime before issue 9's fix).
+
+  python -m benchmarks.bench_cohort_variation [--rounds=240] [--before_fix]
 """
 from __future__ import annotations
 
@@ -27,7 +35,25 @@ def _rss_mib(pid: int) -> float:
   return float("nan")
 
 
-def main(rounds: int = 240) -> dict:
+WARM_WINDOW = (40, 60)  # worker RSS after warm-up, compared with the last 20 rounds
+
+
+def _worker_flatness(rss_worker: list[float]) -> dict:
+  """Worker RSS after warm-up (rounds 40-60) vs the last 20 rounds."""
+  lo, hi = WARM_WINDOW
+  n = len(rss_worker)
+  warm, late = float(np.mean(rss_worker[lo:hi])), float(np.mean(rss_worker[-20:]))
+  distance = (n - 10) - (lo + hi) / 2  # rounds between the windows' centres
+  return {
+      "worker_rss_mib_rounds_40_60": warm,
+      "worker_rss_mib_last_20": late,
+      "worker_flatness": late / warm,
+      "worker_mib_per_round": (late - warm) / distance,
+      "worker_rss_mib_max": float(np.max(rss_worker)),
+  }
+
+
+def main(rounds: int = 240, before_fix: bool = False) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from datasets import synthetic  # pylint: disable=g-import-not-at-top
@@ -42,14 +68,20 @@ def main(rounds: int = 240) -> dict:
                                  y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(60, 10), spec)
   results = {}
-  with runtime.execution_context() as rt:
-    process = build_idp_fedavg_process(
-        model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
-        server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
-        noise_multiplier=1.0, expected_clients_per_round=cohort,
-        aggregator_kwargs=dict(noise_seed=0))
-    empty = train.create_tf_dataset_for_client(ids[0]).take(0).batch(16)
-    for mode in ("fixed", "poisson", "poisson_padded"):
+  process = build_idp_fedavg_process(
+      model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      noise_multiplier=1.0, expected_clients_per_round=cohort,
+      aggregator_kwargs=dict(noise_seed=0))
+  empty = train.create_tf_dataset_for_client(ids[0]).take(0).batch(16)
+  modes = ["fixed", "poisson", "poisson_padded"]
+  if before_fix:
+    modes.append("poisson_padded_before_fix")
+  for mode in modes:
+    # Pre-fix worker: glibc malloc with default arenas, executors kept until LRU-evicted.
+    kwargs = (dict(worker_allocator="glibc", malloc_arena_max=None, executor_idle_calls=None)
+              if mode.endswith("before_fix") else {})
+    with runtime.execution_context(**kwargs) as rt:
       rng = np.random.default_rng(0)
       state = process.initialize()
       times, sizes, rss, rss_worker = [], [], [], []
@@ -59,7 +91,7 @@ def main(rounds: int = 240) -> dict:
         else:
           chosen = rng.choice(num_clients, cohort, replace=False)
         data = [train.create_tf_dataset_for_client(ids[i]).batch(16) for i in chosen]
-        if mode == "poisson_padded":  # what RoundDriver(padding_input_fn=...) does
+        if mode.startswith("poisson_padded"):  # what RoundDriver(padding_input_fn=...) does
           data += [empty] * (-(-max(1, len(data)) // 8) * 8 - len(data))
         t0 = time.perf_counter()
         state = process.next(state, data).state
@@ -88,6 +120,7 @@ def main(rounds: int = 240) -> dict:
           "second_half_rss_growth": float(rss[-1] / rss[rounds // 2 - 1]),
           "second_half_time_ratio": float(np.median(times[-window:]) /
                                           np.median(times[rounds // 2 - window:rounds // 2])),
+          **_worker_flatness(rss_worker),
       }
   results["poisson_over_fixed_late_time"] = (
       results["poisson"]["median_round_s_late"] / results["fixed"]["median_round_s_late"])
@@ -100,8 +133,10 @@ def main(rounds: int = 240) -> dict:
 def _table(res: dict) -> str:
   lines = ["| sampling | rounds | distinct cohort sizes | round time late/early | "
            "RSS late/early (MiB) | RSS at 1/4, 1/2, 3/4, end (MiB) | RSS end / half-way | "
-           "round time end / half-way |", "|---|---|---|---|---|---|---|---|"]
-  for mode in ("fixed", "poisson", "poisson_padded"):
+           "round time end / half-way | worker RSS rounds 40-60 → last 20 (MiB) | "
+           "worker flatness | worker MiB/round |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+  for mode in [m for m in res if isinstance(res[m], dict)]:
     r = res[mode]
     lines.append(
         f"| {mode} | {r['rounds']} | {r['distinct_cohort_sizes']} | "
@@ -109,7 +144,9 @@ def _table(res: dict) -> str:
         f"{r['late_over_early_time']:.2f}× | {r['rss_mib_late']:.0f}/"
         f"{r['rss_mib_early']:.0f} = {r['late_over_early_rss']:.3f}× | "
         f"{', '.join(f'{m:.0f}' for m in r['rss_mib_at_quarters'])} | "
-        f"{r['second_half_rss_growth']:.3f}× | {r['second_half_time_ratio']:.2f}× |")
+        f"{r['second_half_rss_growth']:.3f}× | {r['second_half_time_ratio']:.2f}× | "
+        f"{r['worker_rss_mib_rounds_40_60']:.0f} → {r['worker_rss_mib_last_20']:.0f} | "
+        f"{r['worker_flatness']:.3f}× | {r['worker_mib_per_round']:+.3f} |")
   lines.append(f"\nround time (late) vs fixed: Poisson "
                f"{res['poisson_over_fixed_late_time']:.2f}×, Poisson padded to "
                f"multiples of 8: {res['padded_over_fixed_late_time']:.2f}×")
@@ -117,11 +154,16 @@ def _table(res: dict) -> str:
 
 
 if __name__ == "__main__":
-  n = 240
+  n, before = 240, False
   for arg in sys.argv[1:]:
     if arg.startswith("--rounds="):
       n = int(arg.split("=", 1)[1])
-  res = main(n)
+    elif arg == "--before_fix":
+      before = True
+  if n < 80:
+    raise SystemExit("--rounds must be >= 80 (worker RSS after warm-up: rounds 40-60 "
+                     "vs the last 20).")
+  res = main(n, before)
   os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
   with open(os.path.join(os.path.dirname(__file__), "results", "cohort_variation.json"),
             "w") as f:

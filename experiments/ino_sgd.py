@@ -145,7 +145,7 @@ _ALPHA = flags.DEFINE_float("ino_alpha", None, "Beta(α, β) tail function α (p
 _BETA = flags.DEFINE_float("ino_beta", None, "Beta(α, β) tail function β (preset's).")
 _TRAIN = flags.DEFINE_integer("train_examples", None, "Records in the silo (0 = all).")
 _TEST = flags.DEFINE_integer("test_examples", None, "Test examples (0 = all).")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 100, "Evaluate every k steps.")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 100, "Evaluate every k steps (0 = only at the end).")
 _DATA_SEED = flags.DEFINE_integer("data_seed", 0, "Seed of the data and of Drop's choice.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "mn/cm/cl: source data directory.")
 _SPLIT_DIR = flags.DEFINE_string("split_dir", None, "mn/cm/cl: built split directory.")
@@ -439,7 +439,8 @@ def parse_config() -> dict:
   return cfg
 
 
-@cli.entry
+@cli.entry(rules={"eval_every": cli.Rule(
+    "int", low=0, meaning="steps between evaluations (0 = at the end only)")})
 def main(argv):
   del argv
   logging.getLogger("tensorflow").setLevel(logging.ERROR)

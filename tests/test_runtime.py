@@ -113,3 +113,137 @@ def test_bad_device_is_rejected():
   from tff_idp import runtime
   with pytest.raises(ValueError, match="'cpu' or 'gpu'"):
     runtime.ExecutionRuntime(device="tpu")
+
+
+class _FakeExecutor:
+  """Stands in for a RemoteExecutor: records close()."""
+
+  def __init__(self):
+    self.closed = 0
+
+  def close(self):
+    self.closed += 1
+
+
+def test_executor_cache_closes_idle_and_evicted_executors():
+  """Issue 9: executors for rare cohort sizes must not stay in the worker."""
+  from tff_idp import runtime
+  cache = runtime._ClosingLRUCache(3, idle_calls=2)  # pylint: disable=protected-access
+  made = {}
+
+  def lookup(key):  # what ResourceManagingExecutorFactory.create_executor does
+    ex = cache.get(key)
+    if ex is None:
+      ex = made[key] = _FakeExecutor()
+      cache[key] = ex
+    return ex
+
+  lookup("a")
+  lookup("b")
+  assert lookup("a") is made["a"]  # a hit keeps "a" warm
+  lookup("a")
+  lookup("a")  # "b" unused for 3 > 2 lookups: closed and dropped
+  assert made["b"].closed == 1 and "b" not in cache
+  assert made["a"].closed == 0 and "a" in cache
+  assert lookup("b") is not None and made["b"].closed == 0  # rebuilt when needed
+  for key in ("c", "d"):  # LRU eviction (maxsize 3) also closes
+    lookup(key)
+  assert all(ex.closed <= 1 for ex in made.values())
+  assert len(cache) <= 3
+  closed_by_lru = [k for k, ex in made.items() if ex.closed]
+  assert all(k not in cache for k in closed_by_lru)
+  # clean_up_executor closes itself and then deletes: no second close.
+  ex = cache["d"]
+  ex.close()
+  del cache["d"]
+  assert ex.closed == 1 and "d" not in cache._last_used  # pylint: disable=protected-access
+
+
+def test_executor_cache_without_idle_limit_keeps_executors():
+  from tff_idp import runtime
+  cache = runtime._ClosingLRUCache(8, idle_calls=None)  # pylint: disable=protected-access
+  cache["a"] = a = _FakeExecutor()
+  for _ in range(50):
+    cache.get("b")
+  assert cache.get("a") is a and a.closed == 0
+
+
+def test_worker_env_allocator_and_arenas(monkeypatch, tmp_path):
+  """Issue 9: the worker gets jemalloc/tcmalloc when installed (RSS stays flat)."""
+  from tff_idp import runtime
+  monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+  monkeypatch.delenv("LD_PRELOAD", raising=False)
+  found = runtime.find_worker_allocator()
+  env = runtime.ExecutionRuntime()._worker_env()  # pylint: disable=protected-access
+  assert env.get("LD_PRELOAD") == found and "MALLOC_ARENA_MAX" not in env
+  env = runtime.ExecutionRuntime(worker_allocator="glibc", malloc_arena_max=1)._worker_env()  # pylint: disable=protected-access
+  assert "LD_PRELOAD" not in env and env["MALLOC_ARENA_MAX"] == "1"
+  lib = tmp_path / "liballoc.so"
+  lib.write_bytes(b"")
+  monkeypatch.setenv("LD_PRELOAD", "/x/other.so")  # kept, after ours
+  env = runtime.ExecutionRuntime(worker_allocator=str(lib), worker_env={"FOO": "1"})._worker_env()  # pylint: disable=protected-access
+  assert env["LD_PRELOAD"] == f"{lib}:/x/other.so" and env["FOO"] == "1"
+  monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # a user's own setting wins
+  env = runtime.ExecutionRuntime(worker_allocator=None, malloc_arena_max=1)._worker_env()  # pylint: disable=protected-access
+  assert env["MALLOC_ARENA_MAX"] == "4"
+  with pytest.raises(ValueError, match="no such file"):
+    runtime.ExecutionRuntime(worker_allocator=str(tmp_path / "missing.so"))
+  with pytest.raises(ValueError, match="executor_idle_calls"):
+    runtime.ExecutionRuntime(executor_idle_calls=0)
+  with pytest.raises(ValueError, match="malloc_arena_max"):
+    runtime.ExecutionRuntime(malloc_arena_max=0)
+
+
+def test_running_worker_closes_idle_executors_and_gets_allocator(tff_runtime):
+  """End to end: the worker runs with the allocator; idle cohort sizes are disposed."""
+  import numpy as np
+  import tensorflow_federated as tff
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+  from tff_idp import runtime
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def total(x):
+    return tff.federated_sum(x)
+
+  if tff_runtime.worker_allocator_path is not None:
+    with open(f"/proc/{tff_runtime.worker_pid}/maps") as f:
+      assert os.path.realpath(tff_runtime.worker_allocator_path) in f.read()  # loaded
+  before = context_stack_impl.context_stack.current
+  rt = runtime.ExecutionRuntime(install_signal_handlers=False, executor_idle_calls=2).start()
+  try:
+    cache = context_stack_impl.context_stack.current.executor_factory._executors  # pylint: disable=protected-access
+    assert float(total([1.0] * 3)) == 3.0
+    rare = next(iter(cache.values()))
+    for _ in range(3):
+      assert float(total([1.0, 2.0])) == 3.0
+    assert len(cache) == 1
+    assert rare._executor_id is None  # pylint: disable=protected-access  # closed: disposed in the worker
+    assert float(total([1.0] * 3)) == 3.0  # and rebuilt on demand
+  finally:
+    rt.close()
+  assert context_stack_impl.context_stack.current is before
+
+
+def test_stock_tff_context_is_released_before_interpreter_teardown():
+  """A one-line error must stay one line: no "Exception ignored in ServiceManager.__del__".
+
+  TFF's import-time context owns a ServiceManager whose __del__ needs
+  ``subprocess``; the toolkit's atexit hook collects it while modules are intact.
+  A check registered before the hook runs after it (atexit is LIFO).
+  """
+  script = textwrap.dedent("""
+      import atexit, gc
+      def check():
+        gc.collect()
+        alive = sum(type(o).__name__ == "ServiceManager" for o in gc.get_objects())
+        print("service managers alive:", alive)
+      atexit.register(check)
+      import tensorflow_federated
+      from tff_idp import runtime
+  """)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+  proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                        timeout=300, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "service managers alive: 0" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+  assert "Exception ignored" not in proc.stderr

@@ -197,13 +197,17 @@ def int_list(name: str) -> list[int]:
 _FOREIGN_FLAG_MODULES = ("absl", "tensorflow", "jax", "tensorflow_federated", "google")
 
 
-def check_flags(flag_values: Optional[flags.FlagValues] = None) -> None:
+def check_flags(flag_values: Optional[flags.FlagValues] = None,
+                rules: Optional[dict[str, Rule]] = None) -> None:
   """Checks every numeric flag the toolkit defined against its rule.
 
   Flags of absl, TensorFlow and other libraries are left alone. Raises
   ToolkitValueError for the first bad one, naming it and its valid range.
+  ``rules`` overrides :data:`RULES` for flags whose meaning differs in one
+  module (e.g. ``--eval_every=0`` = "at the end only" in ``experiments.ino_sgd``).
   """
   fv = flags.FLAGS if flag_values is None else flag_values
+  rules = {**RULES, **(rules or {})}
   names = [f.name for module, module_flags in fv.flags_by_module_dict().items()
            if not module.startswith(_FOREIGN_FLAG_MODULES) for f in module_flags]
   for name in dict.fromkeys(names):
@@ -217,7 +221,7 @@ def check_flags(flag_values: Optional[flags.FlagValues] = None) -> None:
       continue
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       continue
-    rule = RULES.get(name)
+    rule = rules.get(name)
     if rule is None:  # unlisted numeric flags: finite and non-negative
       rule = Rule("int", low=0) if isinstance(value, int) else Rule("float")
     if not rule.ok(value):
@@ -296,8 +300,15 @@ EXPECTED_ERRORS = (TffIdpError, ValueError, FileNotFoundError, NotADirectoryErro
                    PermissionError)
 
 
-def entry(main: Callable[[list], Optional[int]]) -> Callable[[list], int]:
-  """Decorates an absl ``main``: checks flags, one-line errors, clean interrupts."""
+def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
+          rules: Optional[dict[str, Rule]] = None):
+  """Decorates an absl ``main``: checks flags, one-line errors, clean interrupts.
+
+  Use as ``@entry`` or, to override a flag's range for one module,
+  ``@entry(rules={"eval_every": Rule("int", low=0, meaning=...)})``.
+  """
+  if main is None:
+    return functools.partial(entry, rules=rules)
 
   @functools.wraps(main)
   def wrapped(argv) -> int:
@@ -305,7 +316,7 @@ def entry(main: Callable[[list], Optional[int]]) -> Callable[[list], int]:
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
       previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-      check_flags()
+      check_flags(rules=rules)
       return main(argv) or 0
     except EXPECTED_ERRORS as e:
       if _verbose():
