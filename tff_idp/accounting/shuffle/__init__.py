@@ -1,0 +1,1 @@
+"""TF-free privacy accounting for APES / S-APES (shuffled personalized LDP)."""
