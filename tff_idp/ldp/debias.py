@@ -70,6 +70,13 @@ DEFAULT_GRID_POINTS = 1001
 _CHUNK = 256  # budgets per step when averaging over a large multiset
 
 
+def _f64(value) -> tf.Tensor:
+  """float64 tensor; Python and NumPy numbers are converted without a float32 detour."""
+  if isinstance(value, (tf.Tensor, tf.Variable)):
+    return tf.cast(value, tf.float64)
+  return tf.constant(np.asarray(value, np.float64))
+
+
 class DebiasGrid(NamedTuple):
   """G sampled on ``u`` = linspace(−C, C, points): ``values[j]`` = G(u[j]), increasing."""
   u: tf.Tensor
@@ -93,8 +100,8 @@ def sparse_threshold(epsilon, clip: float, keep_fraction) -> tf.Tensor:
   |CLap(0)| has CDF (1 − e^{−t/λ})/(1 − e^{−C/λ}) on [0, C].
   """
   c = clip_laplace.check_clip(clip)
-  lam = 2.0 * c / tf.cast(epsilon, tf.float64)
-  q = 1.0 - tf.cast(keep_fraction, tf.float64)
+  lam = 2.0 * c / _f64(epsilon)
+  q = 1.0 - _f64(keep_fraction)
   return tf.clip_by_value(-lam * tf.math.log1p(q * tf.math.expm1(-c / lam)), 0.0, c)
 
 
@@ -107,9 +114,9 @@ def thresholded_expected_value(x, epsilon, clip: float, threshold) -> tf.Tensor:
   (x·ΔK₀ + ΔK₁) / (λP₁((C−x)/λ) + λP₁((C+x)/λ)).
   """
   c = clip_laplace.check_clip(clip)
-  x = tf.clip_by_value(tf.cast(x, tf.float64), -c, c)
-  lam = 2.0 * c / tf.cast(epsilon, tf.float64)
-  tau = tf.cast(threshold, tf.float64)
+  x = tf.clip_by_value(_f64(x), -c, c)
+  lam = 2.0 * c / _f64(epsilon)
+  tau = _f64(threshold)
   two = tf.constant(2.0, tf.float64)
 
   def k0(s):   # ∫_0^s e^{−|t|/λ} dt / λ
@@ -151,7 +158,7 @@ def averaged_expected_value(u, epsilons: Sequence[float], clip: float, *,
       raise ToolkitValueError(
           f"sparse_debias={sparse_debias!r} must be one of {SPARSE_DEBIAS_MODES}.")
     values = values / keep
-  u = tf.cast(u, tf.float64)
+  u = _f64(u)
   pad = (-len(values)) % _CHUNK
   eps = np.concatenate([values, np.ones(pad)]).reshape(-1, _CHUNK)
   wts = np.concatenate([weights, np.zeros(pad)]).reshape(-1, _CHUNK)
