@@ -1,0 +1,100 @@
+"""tff_idp.training.apes_runs: the APES experiment's data, ε draws, ledger hook and table."""
+import os
+
+import numpy as np
+import pytest
+
+from tff_idp.training import apes_runs
+
+
+def test_synthetic_users_have_the_papers_shape():
+  fed = apes_runs.synthetic_users(50, samples_per_user=12, seed=3)
+  assert fed.num_users == 50 and fed.num_params == 60 * 10 + 10
+  assert all(len(fed.x[c]) == 10 and len(fed.y[c]) == 10 for c in fed.client_ids)
+  assert len(fed.test_y) == 100
+  norms = np.linalg.norm(np.concatenate(list(fed.x.values())), axis=1)
+  np.testing.assert_allclose(norms, 1.0, rtol=1e-5)  # unit-norm records, as QMNIST in the code
+  again = apes_runs.synthetic_users(50, samples_per_user=12, seed=3)
+  np.testing.assert_array_equal(fed.x["user_00007"], again.x["user_00007"])
+
+
+def test_synthetic_users_rejects_bad_sizes():
+  with pytest.raises(ValueError, match="at least 2 users"):
+    apes_runs.synthetic_users(1)
+  with pytest.raises(ValueError, match="test_per_user"):
+    apes_runs.synthetic_users(10, samples_per_user=2, test_per_user=2)
+
+
+def _fake_mnist(tmp_path, per_class=30):
+  rng = np.random.default_rng(0)
+  y = np.repeat(np.arange(10), per_class)
+  rng.shuffle(y)
+  x = rng.integers(0, 256, size=(len(y), 28, 28)).astype(np.uint8)
+  np.savez(tmp_path / "mnist.npz", x_train=x[:200], y_train=y[:200], x_test=x[200:],
+           y_test=y[200:])
+
+
+def test_mnist_users_follow_the_reference_label_cycle(tmp_path):
+  _fake_mnist(tmp_path)
+  fed = apes_runs.mnist_users(20, 12, str(tmp_path))
+  assert fed.num_params == 7850
+  for u, cid in enumerate(fed.client_ids):
+    np.testing.assert_array_equal(fed.y[cid], (u + np.arange(10)) % 10)
+  assert len(fed.test_y) == 40
+  with pytest.raises(ValueError, match="--users"):
+    apes_runs.mnist_users(30, 12, str(tmp_path))  # 360 records > 300 images
+
+
+def test_mnist_users_missing_or_corrupt_data_is_clear(tmp_path):
+  with pytest.raises(ValueError, match="--data_dir"):
+    apes_runs.mnist_users(5, 12, None)
+  (tmp_path / "mnist.npz").write_bytes(b"not a zip")
+  with pytest.raises(ValueError, match="not a readable Keras mnist.npz"):
+    apes_runs.mnist_users(5, 12, str(tmp_path))
+
+
+def test_epsilon_draws_follow_table_2():
+  eps = apes_runs.draw_epsilons("uniform2", 10_000, 0)
+  assert 0.05 <= eps.min() and eps.max() <= 1.0 and abs(eps.mean() - 0.525) < 0.01
+  eps = apes_runs.draw_epsilons("gauss1", 10_000, 0)
+  assert eps.min() == pytest.approx(0.05) and eps.max() == pytest.approx(0.5)
+  np.testing.assert_array_equal(apes_runs.draw_epsilons("mixgauss2", 100, 4),
+                                apes_runs.draw_epsilons("mixgauss2", 100, 4))
+  with pytest.raises(ValueError, match="choose from"):
+    apes_runs.draw_epsilons("cauchy", 10, 0)
+
+
+def test_run_epsilons_and_keep_count():
+  eps = np.array([0.3, 0.05, 1.0])
+  np.testing.assert_array_equal(apes_runs.run_epsilons("ldp_min", eps), [0.05] * 3)
+  np.testing.assert_array_equal(apes_runs.run_epsilons("apes", eps), eps)
+  assert apes_runs.keep_count(apes_runs.ApesTraining(keep_fraction=0.2), 7850) == 1570
+  assert apes_runs.keep_count(apes_runs.ApesTraining(keep_fraction=1e-9), 10) == 1
+
+
+def test_training_settings_are_checked():
+  with pytest.raises(ValueError, match="rounds"):
+    apes_runs.ApesTraining(rounds=0)
+  with pytest.raises(ValueError, match="clip"):
+    apes_runs.ApesTraining(clip=0)
+  with pytest.raises(ValueError, match="keep_fraction"):
+    apes_runs.ApesTraining(keep_fraction=1.5)
+  with pytest.raises(ValueError, match="bound"):
+    apes_runs.ApesAccounting(bound="optimistic")
+  with pytest.raises(ValueError, match=r"\(0, 1\)"):
+    apes_runs.ApesAccounting(delta=1.0)
+
+
+def test_round_accountant_reads_the_planned_ledger_and_resumes():
+  acc = apes_runs.ShuffleRoundAccountant(0.1, 2.0, [2.0, 3.0, 3.7])
+  acc.begin_round()
+  acc.end_round(["a"])
+  assert acc.metrics() == {"eps_c_round": 0.1, "eps_uc_round": 2.0, "eps_uc_total": 2.0}
+  state = acc.get_state()
+  other = apes_runs.ShuffleRoundAccountant(0.1, 2.0, [2.0, 3.0, 3.7])
+  other.set_state(state)
+  other.end_round([])
+  other.end_round([])
+  assert other.metrics()["eps_uc_total"] == 3.7
+  with pytest.raises(RuntimeError, match="planned for 3 rounds"):
+    other.begin_round()
