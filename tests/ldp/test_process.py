@@ -243,3 +243,23 @@ def test_errors():
     make_client_input(DATASETS[0], float("inf"), [1, 2])
   with pytest.raises(ToolkitValueError, match="seed"):
     make_client_input(DATASETS[0], 1.0, [1, 2, 3])
+
+
+@pytest.mark.usefixtures("tff_runtime")
+def test_bad_privacy_inputs_fail_inside_the_client_computation():
+  """Inputs built by hand (not by make_client_input) are checked at the client."""
+  process = build_apes_process(MODEL_FN, mechanism="clip_laplace", clip=C, epsilons=[1.0],
+                               client_learning_rate=1.0)
+  state = process.initialize()
+
+  def by_hand(privacy):
+    return collections.OrderedDict(data=DATASETS[0], privacy=privacy)
+
+  element = collections.OrderedDict(epsilon=tf.constant(-1.0), seed=tf.constant([1, 2], tf.int64))
+  with pytest.raises(Exception, match="epsilon must be finite and > 0"):
+    process.next(state, [by_hand(tf.data.Dataset.from_tensors(element))])
+  valid = collections.OrderedDict(epsilon=tf.constant(1.0), seed=tf.constant([1, 2], tf.int64))
+  with pytest.raises(Exception, match="exactly one"):
+    process.next(state, [by_hand(tf.data.Dataset.from_tensors(valid).repeat(2))])
+  # The runtime is still usable afterwards.
+  assert process.next(state, _inputs()[:1]).metrics["aggregator"]["reports"] == 1

@@ -126,11 +126,16 @@ def randomize(update, mechanism: str, epsilon, seed, *, clip: Optional[float] = 
 
 
 def _read_privacy(privacy: tf.data.Dataset):
-  """(ε, seed) from the one-element dataset; an empty one gives ε = NaN (fails the check)."""
-  initial = collections.OrderedDict(epsilon=tf.constant(np.nan, tf.float32),
-                                    seed=tf.zeros([2], tf.int64))
-  element = privacy.reduce(initial, lambda _, x: x)
-  return element["epsilon"], element["seed"]
+  """(ε, seed) from the one-element ``privacy`` dataset; any other length fails in the graph."""
+  initial = (tf.constant(0, tf.int64), tf.constant(np.nan, tf.float32), tf.zeros([2], tf.int64))
+  count, epsilon, seed = privacy.reduce(
+      initial, lambda state, x: (state[0] + 1, x["epsilon"], x["seed"]))
+  check = tf.debugging.Assert(
+      tf.equal(count, 1),
+      ["the client's privacy dataset must hold exactly one {epsilon, seed} element "
+       "(use make_client_input); it holds", count])
+  with tf.control_dependencies([check]):
+    return tf.identity(epsilon), tf.identity(seed)
 
 
 def build_ldp_client_work(
