@@ -10,6 +10,8 @@ from tff_idp.accounting.shuffle import clip_laplace_reference as ref  # pylint: 
 from tff_idp.errors import ToolkitValueError  # pylint: disable=g-import-not-at-top
 from tff_idp.ldp import aggregator, debias  # pylint: disable=g-import-not-at-top
 
+pytestmark = pytest.mark.usefixtures("tff_runtime")
+
 C = 0.1
 EPS = [0.05, 0.5, 1.0]
 VALUE_TYPE = tff.to_type(collections.OrderedDict(
@@ -39,7 +41,6 @@ def test_type_signatures():
   assert str(plain.initialize.type_signature) == "( -> <>@SERVER)"
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_debiased_mean_matches_the_reference():
   rng = np.random.default_rng(0)
   # Reports around a biased mean: realistic Clip-Laplace averages are small.
@@ -57,7 +58,6 @@ def test_debiased_mean_matches_the_reference():
   assert out.measurements["clamped_fraction"] == 0.0
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_calibration_vector_through_the_aggregator():
   process = aggregator.ShuffledPersonalizedMeanFactory(C, EPS).create(VALUE_TYPE)
   value = collections.OrderedDict(kernel=np.full((4, 3), 0.0056392044, np.float32),
@@ -68,7 +68,6 @@ def test_calibration_vector_through_the_aggregator():
   assert out.measurements["clamped_fraction"] == pytest.approx(1 / D)
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_out_of_range_means_clamp_without_sign_flip():
   process = aggregator.ShuffledPersonalizedMeanFactory(C, EPS).create(VALUE_TYPE)
   low = collections.OrderedDict(kernel=np.full((4, 3), -C, np.float32),
@@ -78,7 +77,6 @@ def test_out_of_range_means_clamp_without_sign_flip():
   assert out.measurements["clamped_fraction"] == 1.0
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_static_number_of_reports_and_plain_mean():
   rng = np.random.default_rng(1)
   reports = _reports(3, rng)
@@ -92,7 +90,6 @@ def test_static_number_of_reports_and_plain_mean():
   np.testing.assert_allclose(_flat(out.result), total / 3, rtol=1e-6)
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_empty_round_gives_no_update():
   process = aggregator.ShuffledPersonalizedMeanFactory(C, EPS).create(VALUE_TYPE)
   out = process.next(process.initialize(), [])
@@ -100,7 +97,6 @@ def test_empty_round_gives_no_update():
   assert out.measurements["reports"] == 0
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_sparse_modes_on_values():
   """S-APES: "rescale" is the reference's division by n·b/d then Ē⁻¹ at ε_i/b;
   "threshold" inverts the thresholded expectation (debias module)."""

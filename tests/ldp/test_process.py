@@ -16,7 +16,10 @@ from tff_idp import models  # pylint: disable=g-import-not-at-top
 from tff_idp.accounting.shuffle import clip_laplace_reference as ref  # pylint: disable=g-import-not-at-top
 from tff_idp.errors import ToolkitValueError  # pylint: disable=g-import-not-at-top
 from tff_idp.ldp import (build_apes_process, build_ldp_client_work, clip_laplace,  # pylint: disable=g-import-not-at-top
-                         make_client_input, sparsify)
+                         make_client_input, make_round_inputs, sparsify)
+from tff_idp.privacy_randomness import PrivacyRandomness  # pylint: disable=g-import-not-at-top
+
+pytestmark = pytest.mark.usefixtures("tff_runtime")
 
 C = 0.1
 FEATURES, CLASSES = 6, 3
@@ -113,7 +116,6 @@ def test_only_randomized_reports_reach_the_server(mechanism):
   assert b"StatelessRandomUniform" in client_fn.proto.SerializeToString()
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_round_matches_the_reference_randomizer_and_debias():
   """On values: reports = reference inverse-CDF of the clipped FedProx delta with the
   client's uniforms; the new model = w − Ē⁻¹(mean report) (reference grid)."""
@@ -138,7 +140,6 @@ def test_round_matches_the_reference_randomizer_and_debias():
   assert out.metrics["client_work"] == ()
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_tiny_epsilon_reports_do_not_depend_on_the_data():
   """Same seeds, very different data: at ε = 1e-3 the reports move by O(εC)
   (the report is essentially noise); at ε = 5 they differ visibly."""
@@ -155,7 +156,6 @@ def test_tiny_epsilon_reports_do_not_depend_on_the_data():
   assert max(np.max(np.abs(r_a - r_b)) for r_a, r_b in zip(a, b)) > 1e-2
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_sparse_and_laplace_reports_on_values():
   raw = _client_reports("none", _inputs())
   sparse = _client_reports("sparse_clip_laplace", _inputs(eps=[5.0, 10.0, 20.0]), keep=5)
@@ -172,7 +172,6 @@ def test_sparse_and_laplace_reports_on_values():
         laplace[i], clip_laplace.laplace_perturb(raw[i], EPS[i], C, s).numpy(), atol=1e-6)
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_seeded_determinism_and_fresh_noise_per_round():
   process = build_apes_process(MODEL_FN, mechanism="clip_laplace", clip=C, epsilons=EPS,
                                client_learning_rate=1.0)
@@ -189,7 +188,6 @@ def test_seeded_determinism_and_fresh_noise_per_round():
   assert all(np.mean(r0 == r1) < 0.1 for r0, r1 in zip(round0, round1))
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_none_is_tff_fedprox():
   ours = build_apes_process(MODEL_FN, mechanism="none", client_learning_rate=0.5,
                             proximal_strength=0.01)
@@ -203,7 +201,6 @@ def test_none_is_tff_fedprox():
                              atol=1e-6)
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_local_epochs_repeat_the_data():
   twice = _client_reports("none", _inputs(), local_epochs=2)
   repeated = _client_reports("none", _inputs([d.repeat(2) for d in DATASETS]))
@@ -245,7 +242,6 @@ def test_errors():
     make_client_input(DATASETS[0], 1.0, [1, 2, 3])
 
 
-@pytest.mark.usefixtures("tff_runtime")
 def test_bad_privacy_inputs_fail_inside_the_client_computation():
   """Inputs built by hand (not by make_client_input) are checked at the client."""
   process = build_apes_process(MODEL_FN, mechanism="clip_laplace", clip=C, epsilons=[1.0],
@@ -263,3 +259,18 @@ def test_bad_privacy_inputs_fail_inside_the_client_computation():
     process.next(state, [by_hand(tf.data.Dataset.from_tensors(valid).repeat(2))])
   # The runtime is still usable afterwards.
   assert process.next(state, _inputs()[:1]).metrics["aggregator"]["reports"] == 1
+
+
+def test_round_inputs_use_the_runs_secret_seeds():
+  debug = PrivacyRandomness.from_seed(5, "apes-test")
+  inputs = make_round_inputs(DATASETS, EPS, ["a", "b", "c"], debug, round_num=3)
+  for item, eps, cid in zip(inputs, EPS, ["a", "b", "c"]):
+    element = next(iter(item["privacy"]))
+    assert float(element["epsilon"]) == pytest.approx(eps)
+    np.testing.assert_array_equal(element["seed"].numpy(),
+                                  clip_laplace.client_seed(debug, cid, 3))
+  secret = make_round_inputs(DATASETS, EPS, ["a", "b", "c"], PrivacyRandomness.secret(), 3)
+  assert not np.array_equal(next(iter(secret[0]["privacy"]))["seed"].numpy(),
+                            next(iter(inputs[0]["privacy"]))["seed"].numpy())
+  with pytest.raises(ToolkitValueError, match="one entry per client"):
+    make_round_inputs(DATASETS, EPS[:2], ["a", "b", "c"], debug, 0)

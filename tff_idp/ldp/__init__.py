@@ -9,7 +9,8 @@ Public API:
 * server de-bias (:mod:`tff_idp.ldp.debias`): :func:`build_grid`, :func:`invert`;
 * :class:`ShuffledPersonalizedMeanFactory`, the analyzer as a TFF aggregator;
 * :func:`build_ldp_client_work`, :func:`build_apes_process` and
-  :func:`make_client_input`, the learning process and its client inputs.
+  :func:`make_client_input` / :func:`make_round_inputs`, the learning process
+  and its client inputs.
 
 The privacy accounting (shuffle amplification, composition) lives in
 ``tff_idp.accounting.shuffle``.
@@ -18,7 +19,7 @@ from tff_idp.ldp.aggregator import ShuffledPersonalizedMeanFactory
 from tff_idp.ldp.clip_laplace import (client_seed, expected_value, laplace_perturb, perturb,
                                       round_seed, sample_from_uniforms)
 from tff_idp.ldp.client_work import (MECHANISMS, build_ldp_client_work, make_client_input,
-                                     randomize)
+                                     make_round_inputs, randomize)
 from tff_idp.ldp.debias import DebiasGrid, build_grid, invert
 from tff_idp.ldp.process import build_apes_process
 from tff_idp.ldp.sparsify import per_coordinate_epsilon, sparsify_perturb
@@ -26,6 +27,6 @@ from tff_idp.ldp.sparsify import per_coordinate_epsilon, sparsify_perturb
 __all__ = [
     "MECHANISMS", "DebiasGrid", "ShuffledPersonalizedMeanFactory", "build_apes_process",
     "build_grid", "build_ldp_client_work", "client_seed", "expected_value", "invert",
-    "laplace_perturb", "make_client_input", "per_coordinate_epsilon", "perturb", "randomize",
+    "laplace_perturb", "make_client_input", "make_round_inputs", "per_coordinate_epsilon", "perturb", "randomize",
     "round_seed", "sample_from_uniforms", "sparsify_perturb",
 ]

@@ -46,7 +46,7 @@ delta and negating.
 from __future__ import annotations
 
 import collections
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -57,6 +57,7 @@ from tensorflow_federated.python.learning.templates import proximal_client_work
 
 from tff_idp.errors import ToolkitValueError
 from tff_idp.ldp import clip_laplace, debias, sparsify
+from tff_idp.privacy_randomness import PrivacyRandomness
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 MECHANISMS = ("none", "clip_laplace", "sparse_clip_laplace", "laplace")
@@ -96,6 +97,24 @@ def make_client_input(dataset: tf.data.Dataset, epsilon: float, seed
   privacy = tf.data.Dataset.from_tensors(collections.OrderedDict(
       epsilon=tf.constant(epsilon, tf.float32), seed=tf.constant(seed, tf.int64)))
   return collections.OrderedDict([(DATA_KEY, dataset), (PRIVACY_KEY, privacy)])
+
+
+def make_round_inputs(datasets: Sequence[tf.data.Dataset], epsilons: Sequence[float],
+                      client_ids: Sequence[str], randomness: PrivacyRandomness,
+                      round_num: int) -> list:
+  """The inputs of one round: :func:`make_client_input` with each client's secret seed.
+
+  Seeds come from ``randomness`` (:func:`tff_idp.ldp.clip_laplace.client_seed`,
+  keyed by client id and round): secret unless ``randomness`` is in its
+  insecure reproducible debug mode. They live only in the returned
+  client-placed datasets; do not log them.
+  """
+  if not len(datasets) == len(epsilons) == len(client_ids):
+    raise ToolkitValueError(
+        f"datasets, epsilons and client_ids must have one entry per client (got "
+        f"{len(datasets)}, {len(epsilons)}, {len(client_ids)}).")
+  return [make_client_input(d, e, clip_laplace.client_seed(randomness, cid, round_num))
+          for d, e, cid in zip(datasets, epsilons, client_ids)]
 
 
 def randomize(update, mechanism: str, epsilon, seed, *, clip: Optional[float] = None,

@@ -21,12 +21,12 @@ Calling a round::
 
     process = build_apes_process(model_fn, mechanism="clip_laplace", clip=0.1,
                                  epsilons=eps, client_learning_rate=1.0)
-    randomness = PrivacyRandomness.secret()          # once per run
+    randomness = PrivacyRandomness.secret()          # once per run (checkpoint it)
     state = process.initialize()
     for round_num in range(rounds):
-      inputs = [make_client_input(datasets[i], eps[i],
-                                  client_seed(randomness, ids[i], round_num))
-                for i in range(n)]
+      inputs = make_round_inputs(datasets, eps, client_ids, randomness, round_num)
+      # = [make_client_input(datasets[i], eps[i],
+      #                      client_seed(randomness, client_ids[i], round_num)) ...]
       output = process.next(state, inputs)
       state = output.state
 
