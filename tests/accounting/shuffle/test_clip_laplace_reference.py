@@ -76,6 +76,15 @@ def test_sampler_moments(eps, x):
   assert abs(z.var() - v) < 5 * C**2 / np.sqrt(n)
 
 
+@pytest.mark.parametrize("eps,x", [(0.05, 0.1), (1.0, -0.03), (5.0, 0.05)])
+def test_cdf_matches_quadrature(eps, x):
+  for z in [-C, -0.07, x, 0.02, C]:
+    q = integrate.quad(lambda t: clap.density(t, x, eps, C), -C, z,
+                       points=[x] if -C < x < z else None, epsabs=1e-14)[0]
+    assert clap.cdf(z, x, eps, C) == pytest.approx(q, abs=1e-12)
+  assert clap.cdf(-1.0, x, eps, C) == 0.0 and clap.cdf(1.0, x, eps, C) == 1.0
+
+
 def test_sampler_is_inverse_cdf_and_stays_in_range():
   x, eps = 0.04, 1.0
   u = np.array([0.0, 1e-12, 0.25, 0.5, 0.75, 1 - 1e-16, 1.0])

@@ -22,7 +22,7 @@ import numpy as np
 from scipy import special
 
 __all__ = [
-    "scale", "density", "mean", "mean_eq1", "variance", "sample",
+    "scale", "density", "cdf", "mean", "mean_eq1", "variance", "sample",
     "averaged_mean", "debias_grid", "invert_averaged_mean",
     "sample_epsilons", "EPSILON_DISTRIBUTIONS",
 ]
@@ -65,6 +65,22 @@ def density(z, x, epsilon, clip) -> np.ndarray:
   two_s = _norm_half(x, lam, c)          # = 2 S(x)
   p = np.exp(-np.abs(z - x) / lam) / (lam * two_s)
   return np.where(np.abs(z) <= c, p, 0.0)
+
+
+def cdf(z, x, epsilon, clip) -> np.ndarray:
+  """Pr[CLap(x, 2C/ε, C) ≤ z]: 0 below −C, 1 above C, closed form in between."""
+  eps, c = _check(epsilon, clip)
+  z_raw = np.asarray(z, dtype=np.float64)
+  z = np.clip(z_raw, -c, c)
+  x = np.clip(np.asarray(x, dtype=np.float64), -c, c)
+  lam = 2.0 * c / eps
+  two_s = _norm_half(x, lam, c)
+  # Below x: ∫_{−C}^{z} e^{−(x−t)/λ} dt/(2λS) = (e^{−(x−z)/λ} − e^{−(x+C)/λ})/(2S).
+  below = (np.exp(-(x - z) / lam) - np.exp(-(x + c) / lam)) / two_s
+  # Above x: 1 − (e^{−(z−x)/λ} − e^{−(C−x)/λ})/(2S).
+  above = 1.0 - (np.exp(-(z - x) / lam) - np.exp(-(c - x) / lam)) / two_s
+  out = np.clip(np.where(z <= x, below, above), 0.0, 1.0)
+  return np.where(z_raw >= c, 1.0, np.where(z_raw <= -c, 0.0, out))
 
 
 def _partial_moments(a, lam, k: int) -> np.ndarray:
