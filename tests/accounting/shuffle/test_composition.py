@@ -43,9 +43,10 @@ def test_pld_notes_table(total, expect):
 
 def test_exact_matches_fine_pld_small_k():
   a = comp.exact(0.5, 1e-6, 10, 1e-4).epsilon
-  b = comp.pld(0.5, 1e-6, 10, 1e-4, value_discretization_interval=1e-6).epsilon
-  assert a == pytest.approx(b, abs=1e-6)
-  assert comp.exact(1.0, 0.0, 1, 1e-6).epsilon == pytest.approx(1.0, abs=1e-9)
+  b = comp.pld(0.5, 1e-6, 10, 1e-4, value_discretization_interval=1e-5).epsilon
+  assert a <= b <= a + 1e-4
+  # One ε-DP step at δ > 0: just below ε (randomized response's hockey stick).
+  assert 1.0 - 1e-5 < comp.exact(1.0, 0.0, 1, 1e-6).epsilon < 1.0
 
 
 def test_budget_spent_is_infinite_with_reason():
