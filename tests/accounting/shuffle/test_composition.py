@@ -44,7 +44,7 @@ def test_pld_notes_table(total, expect):
 def test_exact_matches_fine_pld_small_k():
   a = comp.exact(0.5, 1e-6, 10, 1e-4).epsilon
   b = comp.pld(0.5, 1e-6, 10, 1e-4, value_discretization_interval=1e-5).epsilon
-  assert a <= b <= a + 1e-4
+  assert a - 1e-9 <= b <= a + 1e-4
   # One ε-DP step at δ > 0: just below ε (randomized response's hockey stick).
   assert 1.0 - 1e-5 < comp.exact(1.0, 0.0, 1, 1e-6).epsilon < 1.0
 
