@@ -28,6 +28,7 @@ def test_notes_vectors(name, make, closed, numeric, tol):
   assert r.epsilon_numeric == pytest.approx(numeric, abs=tol)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,make,closed,numeric,tol", VECTORS[5:6] + VECTORS[7:])
 def test_notes_vectors_more(name, make, closed, numeric, tol):
   r = eon.bound(make(), DELTA)

@@ -1,7 +1,6 @@
 """APES / S-APES ledger: Table 3/4 parity, the sound default, flags and errors."""
 import json
 import math
-import time
 
 import numpy as np
 import pytest
@@ -51,10 +50,8 @@ def test_table4_uniform1_parity(uniform1):
 
 
 def test_per_user_default(uniform2):
-  t = time.perf_counter()
   led = L.ApesLedger(uniform2, D, 4.62e-9, 3.7e-5)
   r = led.round_account()
-  assert time.perf_counter() - t < 10
   assert led.bound == "per_user" and r.label.startswith("per-user")
   assert r.amplified and r.reason == ""
   assert r.delta_c == 4.62e-9  # the exact reduction certifies δ_s itself
