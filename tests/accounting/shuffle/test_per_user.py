@@ -97,3 +97,18 @@ def test_errors():
     per_user.population_bound([1.0, 2.0], 1e-6, max_levels=0)
   with pytest.raises(ValueError, match="not one of"):
     per_user.population_bound([1.0, 2.0], 1e-6).epsilon_for(3.0)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_groups_partition_the_budgets(seed):
+  rng = np.random.default_rng(seed)
+  n, k = int(rng.integers(2, 300)), int(rng.integers(1, 40))
+  e = rng.choice(rng.uniform(0.05, 2, int(rng.integers(1, 60))), n)
+  pop = per_user.population_bound(e, 1e-4, max_levels=k, iterations=10)
+  lv = pop.levels
+  assert sum(x[2] for x in lv) == n
+  assert lv[0][0] == e.min() and lv[-1][1] == e.max()
+  assert all(a[1] < b[0] for a, b in zip(lv, lv[1:]))
+  assert len(lv) <= k
+  for v in np.unique(e):
+    pop.epsilon_for(v)  # every budget is covered

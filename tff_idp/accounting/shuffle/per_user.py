@@ -39,7 +39,7 @@ What the checks found (tests/accounting/shuffle/test_soundness.py)
 * Per-user bound ≥ true δ(ε) on every configuration tried: exact quadrature
   of the shuffled multiset for n = 2, 3 (e.g. ε_u = 10 vs one other at 0.01:
   true δ(0) = 0.8004, bound 0.9502) and rigorous lower bounds (band-count
-  statistic, identical others) up to n = 10⁴.
+  statistic, identical others) for n = 300 and n = 1000.
 * FMT22 at ε_max (UniS) is sound for Clip-Laplace with A = C: every exact
   p_{j,u} ≥ e^{−ε_max} (a(ε) increasing, ε/(e^ε−1) decreasing) and
   α_u ≤ α_max, so its decomposition is valid for every user. With Lemma 4's
