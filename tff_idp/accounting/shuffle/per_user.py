@@ -65,7 +65,6 @@ What the checks found (tests/accounting/shuffle/test_soundness.py)
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Dict, List, Tuple
 
 import numpy as np
