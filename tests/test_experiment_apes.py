@@ -1,0 +1,67 @@
+"""experiments.apes: the Table 3/4-style run end to end on a tiny federation, and bad flags."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import flag_driver
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, out, timeout=900):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+  return subprocess.run([sys.executable, "-m", "experiments.apes", "--progress=false",
+                         f"--output_dir={out}", *args], capture_output=True, text=True,
+                        timeout=timeout, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.slow
+def test_tiny_run_prints_the_table_and_resumes(tmp_path):
+  args = ["--users=40", "--rounds=2", "--local_epochs=2"]
+  proc = _run(args, tmp_path / "out")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for label in ("Non-private", "LDP-min", "PLDP", "UniS", "APES", "S-APES"):
+    assert f"| {label} |" in proc.stdout, proc.stdout
+  summary = json.load(open(tmp_path / "out" / "summary.json"))
+  rows = {r["framework"]: r for r in summary["rows"]}
+  assert rows["pldp"]["accuracy"] == rows["unis"]["accuracy"]  # one run, two accountings
+  assert rows["nonprivate"]["eps_c"] == float("inf")
+  assert rows["ldp_min"]["eps_c"] == pytest.approx(rows["apes"]["eps_local_min"])  # no shuffle
+  assert rows["pldp"]["eps_c"] == pytest.approx(rows["apes"]["eps_local_max"])
+  assert rows["apes"]["eps_uc_total"] >= rows["apes"]["eps_uc_round"]
+  assert os.path.isfile(tmp_path / "out" / "accuracy.png")
+  assert len(rows["apes"]["history"]) == 2
+  # Rerunning the same command trains nothing more and prints the same table.
+  again = _run(args, tmp_path / "out")
+  assert again.returncode == 0, again.stderr[-3000:]
+  table = lambda s: s[s.index("| framework"):]
+  assert table(again.stdout) == table(proc.stdout)
+
+
+BAD_FLAGS = [
+    (["--users=1"], "--users=1: users"),
+    (["--clip=0"], "--clip=0(\\.0)?: per-coordinate clip C must be"),
+    (["--keep_fraction=0"], "--keep_fraction=0"),
+    (["--keep_fraction=1.5"], "--keep_fraction=1.5"),
+    (["--shuffle_delta=1"], "--shuffle_delta=1"),
+    (["--delta=0"], "--delta=0"),
+    (["--rounds=0"], "--rounds=0"),
+    (["--frameworks=apes,magic"], "--frameworks has \\['magic'\\]"),
+    (["--preset=paper"], "needs MNIST-shaped data: pass --data_dir"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_flag_results(tmp_path_factory):
+  out = tmp_path_factory.mktemp("bad_flags")
+  return flag_driver.run_bad_flags("experiments.apes", [f"--output_dir={out}"],
+                                   [a for a, _ in BAD_FLAGS])
+
+
+@pytest.mark.parametrize("index", range(len(BAD_FLAGS)),
+                         ids=[" ".join(a) for a, _ in BAD_FLAGS])
+def test_bad_flags_fail_fast_with_advice(index, bad_flag_results):
+  flag_driver.assert_fails_with_advice(bad_flag_results[index], BAD_FLAGS[index][1])
