@@ -48,7 +48,7 @@ from tff_idp import runtime
 from tff_idp.training import apes_runs
 
 _PRESETS = {
-    "embedded": dict(users=2000, rounds=8),
+    "embedded": dict(users=1000, rounds=5),
     "paper": dict(users=10000, rounds=40),
 }
 
@@ -77,7 +77,10 @@ _FRAMEWORKS = flags.DEFINE_list("frameworks", list(apes_runs.FRAMEWORKS),
                                 f"Frameworks: {', '.join(apes_runs.FRAMEWORKS)}.")
 _BOUND = flags.DEFINE_enum("bound", "per_user", list(apes_runs.BOUNDS),
                            "Shuffle bound of the ledger for APES/S-APES (see above).")
-_SHUFFLE_DELTA = flags.DEFINE_float("shuffle_delta", 1e-8, "δ_s of one shuffled coordinate.")
+_SHUFFLE_DELTA = flags.DEFINE_float(
+    "shuffle_delta", None,
+    "δ_s of one shuffled coordinate (the paper: 1e-8). Default: δ/(10·d·T), so that the "
+    "user-level δ after T rounds, δ' + d·T·δ_s, stays within --delta.")
 _DELTA = flags.DEFINE_float("delta", 1e-4, "User-level δ^{uc} (one round and cumulative).")
 _SEED = flags.DEFINE_integer("seed", 0, "Names the run (checkpoints are bound to it).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/apes", "Where results go.")
@@ -121,14 +124,17 @@ def main(argv):
     federation = apes_runs.synthetic_users(users, _SAMPLES.value, seed=_DATA_SEED.value)
   epsilons = apes_runs.draw_epsilons(_DISTRIBUTION.value, federation.num_users,
                                      _EPS_SEED.value)
-  accounting = apes_runs.ApesAccounting(shuffle_delta=_SHUFFLE_DELTA.value,
+  shuffle_delta = _SHUFFLE_DELTA.value or apes_runs.default_shuffle_delta(
+      _DELTA.value, federation.num_params, training.rounds)
+  accounting = apes_runs.ApesAccounting(shuffle_delta=shuffle_delta,
                                         delta=_DELTA.value, bound=_BOUND.value)
   privacy_flags.announce()
   print(f"federation: {federation.num_users} users × {_SAMPLES.value} records "
         f"({federation.name}), d = {federation.num_params}, ε ~ {_DISTRIBUTION.value} "
         f"[{epsilons.min():.3g}, {epsilons.max():.3g}], C = {training.clip:g}, "
         f"T = {training.rounds}, {training.local_epochs} local epochs, "
-        f"μ = {training.proximal_strength:g}, bound: {accounting.bound}", flush=True)
+        f"μ = {training.proximal_strength:g}, bound: {accounting.bound}, "
+        f"δ_s = {accounting.shuffle_delta:.2g}, δ = {accounting.delta:g}", flush=True)
   with runtime.execution_context(device=_DEVICE.value):
     rows = apes_runs.run_frameworks(
         _FRAMEWORKS.value, federation, epsilons, training, accounting, _SEED.value,
@@ -136,7 +142,7 @@ def main(argv):
         checkpoint_every=_CHECKPOINT_EVERY.value, progress=_PROGRESS.value,
         insecure_reproducible_noise=privacy_flags.insecure(), restart=_RESTART.value)
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
-  config.update(users=users, rounds=rounds)
+  config.update(users=users, rounds=rounds, shuffle_delta=accounting.shuffle_delta)
   table = apes_runs.write_summary(rows, training, accounting, _OUTPUT_DIR.value, config)
   print()
   print(table)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import math
 import os
 from typing import Any, Callable, Optional, Sequence
 
@@ -435,6 +436,18 @@ def framework_ledger(framework: str, epsilons: np.ndarray, d: int, keep: int, ro
   return out
 
 
+def default_shuffle_delta(delta: float, d: int, rounds: int) -> float:
+  """δ_s = δ/(10·d·T), one significant digit (rounded down).
+
+  A user reports d coordinates per round (2b ≤ d for S-APES), each shuffled
+  with failure probability δ_s, so T rounds spend d·T·δ_s of the user-level
+  δ; this leaves 90% of δ to the composition's δ'.
+  """
+  raw = delta / (10.0 * d * rounds)
+  exponent = math.floor(math.log10(raw))
+  return float(f"{math.floor(raw / 10 ** exponent)}e{exponent}")
+
+
 def run_frameworks(frameworks: Sequence[str], federation: UserFederation,
                    epsilons: np.ndarray, training: ApesTraining, accounting: ApesAccounting,
                    run_seed: int, output_dir: str, eval_every: int = 1,
@@ -505,6 +518,7 @@ def format_table(rows: Sequence[dict], training: ApesTraining,
       "|---|---|---|---|---|---|---|---|"]
   for r in rows:
     ul = ("∞" if r["eps_ul_max"] is None or np.isinf(r["eps_ul_max"]) else
+          _fmt(r["eps_ul_min"]) if r["eps_ul_min"] == r["eps_ul_max"] else
           f"{_fmt(r['eps_ul_min'])}–{_fmt(r['eps_ul_max'])}")
     lines.append(
         f"| {r['label']} | {ul} | {_fmt(r['eps_c'], 4)}{' (no amplification)' if str(r.get('reason', '')).startswith('no amplification') else ''} | "
@@ -512,7 +526,7 @@ def format_table(rows: Sequence[dict], training: ApesTraining,
         f"{_fmt(r.get('eps_uc_round_paper'))} | {_fmt(r['eps_uc_total'])} | "
         f"{100 * r['accuracy']:.2f} |")
   lines.append(
-      f"\nε^c: one shuffled round, per coordinate, at δ_s = {accounting.shuffle_delta:g} "
+      f"\n\nε^c: one shuffled round, per coordinate, at δ_s = {accounting.shuffle_delta:g} "
       f"for APES/S-APES from the {accounting.bound!r} bound; UniS is FMT22 at max ε, as "
       "published; LDP-min and PLDP are not shuffled (ε^c = the local ε). ε^{uc}: user level "
       f"at δ = {accounting.delta:g}, optimal composition over the coordinates a user "
@@ -527,6 +541,7 @@ def plot(rows: Sequence[dict], path: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top,unused-import
   fig, ax = plt.subplots(figsize=(6.5, 4.2))
   seen = {}
   for r in rows:
@@ -535,6 +550,7 @@ def plot(rows: Sequence[dict], path: str) -> None:
     if r["run"] in seen and r["history"]:
       h = np.asarray(r["history"], dtype=float)
       ax.plot(h[:, 0], 100 * h[:, 1], marker=".", label=" / ".join(seen.pop(r["run"])))
+  ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
   ax.set_xlabel("round")
   ax.set_ylabel("test accuracy (%)")
   ax.grid(alpha=0.3)
