@@ -49,13 +49,14 @@ from tff_idp.training import apes_runs
 
 _PRESETS = {
     "embedded": dict(users=1000, rounds=5),
-    "paper": dict(users=10000, rounds=40),
+    "paper": dict(users=None, rounds=40),  # 10,000, or what the data holds
 }
 
 _PRESET = flags.DEFINE_enum(
     "preset", "embedded", list(_PRESETS),
     "embedded: Synthetic users (no network). paper: the paper's QMNIST-like setting "
-    "(10,000 users × 12 MNIST-shaped images, d = 7850, 40 rounds); needs --data_dir.")
+    "(10,000 users × 12 MNIST-shaped images, or as many users as the data holds, "
+    "d = 7850, 40 rounds); needs --data_dir.")
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "--preset=paper: a directory holding mnist.npz (Keras layout) or a "
                       "prepared TFDS 'mnist'.")
@@ -142,7 +143,8 @@ def main(argv):
         checkpoint_every=_CHECKPOINT_EVERY.value, progress=_PROGRESS.value,
         insecure_reproducible_noise=privacy_flags.insecure(), restart=_RESTART.value)
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
-  config.update(users=users, rounds=rounds, shuffle_delta=accounting.shuffle_delta)
+  config.update(users=federation.num_users, rounds=rounds,
+                shuffle_delta=accounting.shuffle_delta)
   table = apes_runs.write_summary(rows, training, accounting, _OUTPUT_DIR.value, config)
   print()
   print(table)

@@ -98,3 +98,9 @@ def test_round_accountant_reads_the_planned_ledger_and_resumes():
   assert other.metrics()["eps_uc_total"] == 3.7
   with pytest.raises(RuntimeError, match="planned for 3 rounds"):
     other.begin_round()
+
+
+def test_mnist_users_default_count_fits_the_rarest_class(tmp_path):
+  _fake_mnist(tmp_path, per_class=30)
+  fed = apes_runs.mnist_users(None, 12, str(tmp_path))
+  assert fed.num_users == (30 * 10) // 12 - 10

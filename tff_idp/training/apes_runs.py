@@ -148,7 +148,7 @@ def _read_mnist(data_dir: Optional[str]) -> tuple[np.ndarray, np.ndarray]:
           np.concatenate([arrays["y"], arrays["test_y"]]))
 
 
-def mnist_users(users: int, samples_per_user: int, data_dir: Optional[str],
+def mnist_users(users: Optional[int], samples_per_user: int, data_dir: Optional[str],
                 test_per_user: int = 2) -> UserFederation:
   """The reference code's QMNIST split (notes §2.4) on MNIST-shaped images.
 
@@ -156,11 +156,15 @@ def mnist_users(users: int, samples_per_user: int, data_dir: Optional[str],
   class's images; images are unit-L2-normalized; each user keeps
   ``samples_per_user − test_per_user`` for training and the rest for the
   pooled test set. Needs ``users·samples_per_user`` images (120,000 for
-  the paper's 10,000 × 12; MNIST's 70,000 hold 5,833 such users).
+  the paper's 10,000 × 12 QMNIST users). ``users=None``: the paper's 10,000,
+  or as many as the data's rarest class allows (MNIST's 70,000 images: 5,250).
   """
   x, y = _read_mnist(data_dir)
   x = _unit_rows(x)
   by_class = [np.flatnonzero(y == k) for k in range(10)]
+  if users is None:
+    rarest = min(len(b) for b in by_class)
+    users = max(2, min(10_000, (rarest * 10) // samples_per_user - 10))
   need = np.bincount((np.arange(users)[:, None] + np.arange(samples_per_user)) .ravel() % 10,
                      minlength=10)
   short = [k for k in range(10) if need[k] > len(by_class[k])]
