@@ -524,10 +524,12 @@ def format_table(rows: Sequence[dict], training: ApesTraining,
     ul = ("∞" if r["eps_ul_max"] is None or np.isinf(r["eps_ul_max"]) else
           _fmt(r["eps_ul_min"]) if r["eps_ul_min"] == r["eps_ul_max"] else
           f"{_fmt(r['eps_ul_min'])}–{_fmt(r['eps_ul_max'])}")
+    no_gain = str(r.get("reason", "")).startswith("no amplification")
+    mark = "†" if r["framework"] == "sapes" else ""  # Prop. 1, unverified
     lines.append(
-        f"| {r['label']} | {ul} | {_fmt(r['eps_c'], 4)}{' (no amplification)' if str(r.get('reason', '')).startswith('no amplification') else ''} | "
-        f"{_fmt(r.get('eps_c_eon_paper'), 4)} | {_fmt(r['eps_uc_round'])} | "
-        f"{_fmt(r.get('eps_uc_round_paper'))} | {_fmt(r['eps_uc_total'])} | "
+        f"| {r['label']} | {ul} | {_fmt(r['eps_c'], 4)}{' (no amplification)' if no_gain else ''} | "
+        f"{_fmt(r.get('eps_c_eon_paper'), 4)} | {_fmt(r['eps_uc_round'])}{mark} | "
+        f"{_fmt(r.get('eps_uc_round_paper'))}{mark} | {_fmt(r['eps_uc_total'])}{mark} | "
         f"{100 * r['accuracy']:.2f} |")
   lines.append(
       f"\n\nε^c: one shuffled round, per coordinate, at δ_s = {accounting.shuffle_delta:g} "
@@ -536,7 +538,11 @@ def format_table(rows: Sequence[dict], training: ApesTraining,
       f"at δ = {accounting.delta:g}, optimal composition over the coordinates a user "
       "reports (d; 2b for S-APES, Prop. 1) and, in the T-round column, over the rounds. "
       "The paper's tables pair the one-round ε with the accuracy after all rounds; both "
-      "are shown here.")
+      "are shown here."
+      + ("\n† S-APES user level: Prop. 1 as published (2b compositions), unverified: its "
+         "top-b selection depends on all d perturbed coordinates, which the argument does "
+         "not cover; treat it as the paper's claim, not a bound this toolkit certifies."
+         if any(r["framework"] == "sapes" for r in rows) else ""))
   return "\n".join(lines)
 
 
