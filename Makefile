@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_dp_step
 	$(PY) -m benchmarks.bench_scf
 	$(PY) -m benchmarks.bench_ino_step
+	$(PY) -m benchmarks.bench_round_throughput
 
 clean:
 	rm -rf $(VENV) runs
