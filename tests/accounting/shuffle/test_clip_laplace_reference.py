@@ -7,15 +7,7 @@ from tff_idp.accounting.shuffle import clip_laplace_reference as clap
 
 C = 0.1
 
-# notes §2.1 test table: (ε, x, E[z], Var[z]) at C = 0.1.
-TABLE = [
-    (0.05, 0.1, 0.00083330, 0.00333292),
-    (0.5, 0.05, 0.00556976, 0.00319450),
-    (0.5, 0.1, 0.00829882, 0.00329208),
-    (1.0, -0.03, -0.00673417, 0.00296086),
-    (1.0, 0.1, 0.01639534, 0.00317306),
-    (5.0, 0.05, 0.03738619, 0.00145883),
-]
+from tests.clip_laplace_vectors import TABLE  # noqa: E402
 
 
 @pytest.mark.parametrize("eps,x,m,v", TABLE)
