@@ -52,6 +52,7 @@ import tensorflow as tf
 
 from datasets import synthetic
 from experiments import common
+from experiments import audit_flags
 from experiments import privacy_flags
 from tff_idp import cli
 from tff_idp import models
@@ -136,6 +137,7 @@ _CLIPPED_COUNT_STDDEV = flags.DEFINE_float(
     "value noise z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2) shrinks toward σ as σ_b grows, the "
     "clip's estimate gets noisier. Accounted either way: the ledger charges σ.")
 privacy_flags.define()
+audit_flags.define()
 
 
 @cli.entry
@@ -158,7 +160,8 @@ def main(argv):
       insecure_reproducible_noise=privacy_flags.insecure(),
       release_only=privacy_flags.release_only(),
       clipped_count_stddev=_CLIPPED_COUNT_STDDEV.value,
-      initial_clip=_INITIAL_CLIP.value, head=_HEAD.value, restart=_RESTART.value)
+      initial_clip=_INITIAL_CLIP.value, head=_HEAD.value, restart=_RESTART.value,
+      **audit_flags.values())
   privacy_flags.announce()
   config.output_dir = cli.prepare_output_dir(config.output_dir)
   if _DATASET.value == "synthetic":

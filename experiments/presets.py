@@ -42,6 +42,7 @@ from absl import logging as absl_logging
 from datasets import loader
 from datasets import sources
 from datasets import specs
+from experiments import audit_flags
 from experiments import privacy_flags
 from tff_idp import cli
 from tff_idp.accounting import exact
@@ -140,6 +141,7 @@ def define_flags(p: PaperPreset) -> None:
   flags.DEFINE_bool("restart", False, "Discard the checkpoints and metrics in --output_dir "
                     "and start fresh (default: resume).")
   privacy_flags.define()
+  audit_flags.define()
   if p.comparisons:
     flags.DEFINE_enum("comparison", None, list(p.comparisons),
                       "aldaghri: ε 0.6-∞-∞ at 95-0-5 with --max_rate=0.1 (Sec. VI).")
@@ -174,7 +176,7 @@ _FLAG_NAMES = frozenset([
     "delta", "accountant", "partition", "iid", "num_clients", "split_seed", "data_dir",
     "split_dir", "download", "dataset", "output_dir", "eval_every", "eval_batch_size",
     "checkpoint_every", "allow_overrun", "max_rate", "device", "progress", "comparison",
-    "restart",
+    "restart", audit_flags.AUDIT_CANARIES, audit_flags.AUDIT_SEED,
     privacy_flags.INSECURE, privacy_flags.RELEASE_ONLY])
 
 
@@ -197,7 +199,8 @@ def _config(p: PaperPreset, v: dict):
       checkpoint_every=v["checkpoint_every"], allow_overrun=v["allow_overrun"],
       max_rate=v["max_rate"], progress=v["progress"],
       insecure_reproducible_noise=v[privacy_flags.INSECURE],
-      release_only=v[privacy_flags.RELEASE_ONLY], restart=v["restart"])
+      release_only=v[privacy_flags.RELEASE_ONLY], restart=v["restart"],
+      audit_canaries=v[audit_flags.AUDIT_CANARIES], audit_seed=v[audit_flags.AUDIT_SEED])
 
 
 def paper_table(p: PaperPreset, partition: str, results: list[dict],

@@ -39,6 +39,18 @@ A non-finite update is treated as absent (it adds nothing to any sum) and
 counted in ``diagnostics/nonfinite_updates``. Un-noised counts live under
 ``measurements["diagnostics"]``: they are not covered by the DP guarantee.
 
+**Audit canaries** (``accept_canaries=True``, :mod:`tff_idp.audit.client_canaries`).
+A client weight w >= ``CANARY_WEIGHT_OFFSET`` marks a canary client of clip
+scale w − ``CANARY_WEIGHT_OFFSET`` (clamped into [0, 1] like any scale). A
+canary enters the *value* sum exactly like a client (its update, far above
+the clip, is clipped to s·C) but not the clip-bit sum nor the client count:
+canaries are always clipped, so their bits would drag the adaptive clip up
+at every round and wreck utility at audit-sized k, and the final-model audit
+cannot observe the bit channel anyway. The normalisers c and c_s stay the
+real clients' expected values, and the noise is unchanged, so the real
+clients' guarantee and ledger are exactly those of a run without canaries.
+Canaries are counted in ``diagnostics/canaries``.
+
 **Noise randomness.** Noise is drawn with stateless RNG from a seed kept in
 the aggregator (server) state: secret by default (drawn from OS entropy by
 ``initialize`` unless ``noise_seed`` is given), checkpointed with the state
@@ -60,6 +72,8 @@ DEFAULT_INITIAL_CLIP = 0.1
 DEFAULT_TARGET_QUANTILE = 0.5
 DEFAULT_CLIP_LEARNING_RATE = 0.2
 DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION = 0.05  # σ_b = 0.05 · c
+# A client weight at or above this marks an audit canary (accept_canaries=True).
+CANARY_WEIGHT_OFFSET = 2.0
 
 
 def value_noise_multiplier(noise_multiplier: float, clipped_count_stddev: float) -> float:
@@ -90,6 +104,8 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
       and debugging only.
     expected_clip_scale_sum: c_s = Σ_i q_i s_i, the normaliser of the clip
       bits (default c, right whenever every s_i = 1).
+    accept_canaries: read weights >= ``CANARY_WEIGHT_OFFSET`` as audit
+      canaries (module docstring): value sum only, no clip bit, not counted.
   """
 
   def __init__(self, noise_multiplier: float, expected_clients_per_round: float,
@@ -98,7 +114,8 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
                clip_learning_rate: float = DEFAULT_CLIP_LEARNING_RATE,
                clipped_count_stddev: Optional[float] = None,
                noise_seed: Optional[int] = None,
-               expected_clip_scale_sum: Optional[float] = None):
+               expected_clip_scale_sum: Optional[float] = None,
+               accept_canaries: bool = False):
     if not noise_multiplier >= 0 or math.isinf(noise_multiplier):
       raise ValueError(f"noise_multiplier={noise_multiplier} must be finite and >= 0.")
     if not expected_clients_per_round > 0:
@@ -125,6 +142,7 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
     self.value_noise_multiplier = value_noise_multiplier(
         self.noise_multiplier, self.clipped_count_stddev)
     self.noise_seed = noise_seed
+    self.accept_canaries = bool(accept_canaries)
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     value_specs = tf.nest.flatten(tff.types.type_to_tf_tensor_specs(value_type))
@@ -136,6 +154,8 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
     eta = self.clip_learning_rate
     initial_clip = self.initial_clip
     fixed_seed = self.noise_seed
+    accept_canaries = self.accept_canaries
+    diagnostics_type = (CANARY_DIAGNOSTICS_TYPE if accept_canaries else DIAGNOSTICS_TYPE)
 
     @tff.tensorflow.computation
     def init_fn():
@@ -154,9 +174,9 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type, weight_type, np.float32)
     def clip_at_client(value, clip_scale, clip):
-      return clip_client_update(value, clip_scale, clip)
+      return clip_client_update(value, clip_scale, clip, accept_canaries)
 
-    @tff.tensorflow.computation(state_type, value_type, np.float32, DIAGNOSTICS_TYPE)
+    @tff.tensorflow.computation(state_type, value_type, np.float32, diagnostics_type)
     def noise_at_server(state, value_sum, unclipped_sum, diagnostics):
       clip = state["clip"]
       seeds = tf.random.experimental.stateless_split(
@@ -205,17 +225,27 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
 DIAGNOSTICS_TYPE = tff.StructWithPythonType(
     [("num_clients", np.float32), ("nonfinite_updates", np.float32),
      ("invalid_clip_scales", np.float32)], collections.OrderedDict)
+CANARY_DIAGNOSTICS_TYPE = tff.StructWithPythonType(
+    [("num_clients", np.float32), ("nonfinite_updates", np.float32),
+     ("invalid_clip_scales", np.float32), ("canaries", np.float32)],
+    collections.OrderedDict)
 
 
-def clip_client_update(value, clip_scale, clip):
+def clip_client_update(value, clip_scale, clip, accept_canaries: bool = False):
   """One client's contribution (Δ̃_i, b_i) and its diagnostic counts (plain TF).
 
   See the module docstring: the update is clipped to s_i·C and the centred
   clip bit is scaled by s_i, so the pair's sensitivity is s_i·(C, 1/2). A
   scale outside [0, 1] is clamped (NaN → 0); a non-finite update is absent.
+  With ``accept_canaries``, a weight >= ``CANARY_WEIGHT_OFFSET`` is a canary:
+  clipped the same way, but with no clip bit and not counted as a client.
   """
   leaves = tf.nest.flatten(value)
   raw_scale = tf.cast(clip_scale, tf.float32)
+  is_canary = tf.constant(False)
+  if accept_canaries:
+    is_canary = raw_scale >= CANARY_WEIGHT_OFFSET
+    raw_scale = tf.where(is_canary, raw_scale - CANARY_WEIGHT_OFFSET, raw_scale)
   scale_is_valid = tf.logical_and(raw_scale > 0.0, raw_scale <= 1.0)
   scale = tf.clip_by_value(tf.where(tf.math.is_nan(raw_scale), 0.0, raw_scale), 0.0, 1.0)
   finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in leaves])
@@ -229,9 +259,12 @@ def clip_client_update(value, clip_scale, clip):
   # An exactly-zero update (a padding client with no data) or a non-finite
   # one is "absent": it adds nothing to the sum, the clip bits or the count.
   present = tf.cast(tf.logical_and(finite, norm > 0.0), tf.float32)
-  unclipped = present * scale * (tf.cast(norm <= bound, tf.float32) - 0.5)
+  real = 1.0 - tf.cast(is_canary, tf.float32)
+  unclipped = real * present * scale * (tf.cast(norm <= bound, tf.float32) - 0.5)
   diagnostics = collections.OrderedDict(
-      num_clients=present,
+      num_clients=real * present,
       nonfinite_updates=1.0 - tf.cast(finite, tf.float32),
       invalid_clip_scales=1.0 - tf.cast(scale_is_valid, tf.float32))
+  if accept_canaries:
+    diagnostics["canaries"] = (1.0 - real) * present
   return clipped, unclipped, diagnostics

@@ -409,7 +409,8 @@ class RoundDriver:
         flat = _flatten(output.metrics)
         row = {
             "round": round_num,
-            "clients_sampled": len(cohort),
+            # Real clients only: an audit's canaries are not clients.
+            "clients_sampled": getattr(self.sampler, "last_real_count", len(cohort)),
             "train_loss": _pick(flat, "train/loss"),
             "train_accuracy": _pick(flat, "train/sparse_categorical_accuracy"),
             "clip": _pick(flat, "aggregator/clip"),
@@ -442,7 +443,7 @@ class RoundDriver:
         if round_num % self.checkpoint_every == 0 or round_num == total_rounds:
           self._save(state, round_num)
         bar.update(1)
-        postfix = {} if self.release_only else {"clients": len(cohort)}
+        postfix = {} if self.release_only else {"clients": row["clients_sampled"]}
         if row.get("eval_accuracy") is not None:
           postfix["acc"] = f"{row['eval_accuracy']:.3f}"
         bar.set_postfix(postfix)

@@ -32,6 +32,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp import aggregators
+from tff_idp.audit import client_canaries
+from tff_idp.audit import controls
+from tff_idp.audit import report as audit_report
 from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
@@ -84,6 +87,11 @@ class TrainingConfig:
   head: str = "softmax"
   # Discard existing checkpoints and metrics of every run directory first.
   restart: bool = False
+  # Client-level empirical privacy audit (``tff_idp.audit``): canary clients
+  # per DP run and seed (0 = off), and the seed of the canaries (directions,
+  # groups, inserted half, their sampling): the auditor's randomness.
+  audit_canaries: int = 0
+  audit_seed: int = 0
 
 
 def build_optimizer(name: str, lr: float) -> tff.learning.optimizers.Optimizer:
@@ -142,6 +150,11 @@ def validate(config: TrainingConfig, num_clients: int) -> None:
         config.max_rate)
     # Adaptive clipping needs σ < 2σ_b (raises with advice otherwise).
     noise_split(config, plan, spec.name)
+    if config.audit_canaries and plan.noise_multiplier is not None:
+      client_canaries.make_canary_plan(config.audit_canaries, plan.group_rates,
+                                       plan.group_sizes)  # raises with advice
+  if config.audit_canaries < 0:
+    raise ValueError(f"--audit_canaries={config.audit_canaries} must be >= 0 (0 = off).")
 
 
 def _clip_kwargs(config: TrainingConfig) -> dict:
@@ -189,15 +202,43 @@ def noise_split(config: TrainingConfig, plan: privacy_plan.PrivacyPlan,
   return sigma_b, z_value
 
 
+def _group_clip_scales(plan: privacy_plan.PrivacyPlan) -> Optional[list[float]]:
+  """SCALE's clip scale s_p per group (None without SCALE)."""
+  if plan.client_clip_scales is None:
+    return None
+  scales = []
+  for p in range(len(plan.group_sizes)):
+    members = plan.client_clip_scales[plan.client_groups == p]
+    scales.append(float(members[0]) if members.size else 1.0)
+  return scales
+
+
+def _audit_seed(config: TrainingConfig, run_name: str, seed: int) -> int:
+  """The canaries' seed of one (run spec, seed): independent canaries per run."""
+  return zlib.crc32(f"audit/{config.audit_seed}/{run_name}/{seed}".encode())
+
+
 def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
             test_x: np.ndarray, test_y: np.ndarray,
             aggregator_kwargs: Optional[dict] = None,
-            eval_batch_size: Optional[int] = None) -> list[dict]:
+            eval_batch_size: Optional[int] = None,
+            miscalibration: Optional[controls.Miscalibration] = None) -> list[dict]:
   """Runs every (run spec, seed); returns one summary row per run spec.
 
   Each row holds the plan summary (σ, σ_b, z_Δ, rates), the per-seed final
   accuracies in ``config.seeds`` order, their mean and sd, and ``paired``:
   the paired comparison with its reference row (``reference_runs``), or None.
+
+  With ``config.audit_canaries`` > 0, every DP run also carries that many
+  canary clients (:mod:`tff_idp.audit.client_canaries`); each run directory
+  gets ``audit.json`` (the canaries' cosines) and the row gets ``audit``: per
+  group, the ledger's ε and the empirical ε with its CI, pooled over seeds
+  (:func:`tff_idp.audit.report.audit_groups`). Non-private runs have no DP
+  aggregator to audit (``audit`` is None).
+
+  ``miscalibration`` (:mod:`tff_idp.audit.controls`) deliberately breaks the
+  noise or a group's sampling while the ledger keeps the calibrated ε: only
+  for the audit's validity controls; its rows carry ``broken_control``.
   """
   for key in ("clipped_count_stddev", "initial_clip"):
     if aggregator_kwargs and key in aggregator_kwargs:
@@ -211,6 +252,8 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
   for spec in specs:
     finals, histories, plan_summary = [], [], None
     process = None
+    audit_runs: list[tuple[np.ndarray, client_canaries.CanaryPlan]] = []
+    audit_bounds: Optional[list] = None
     for seed in config.seeds:
       plan = privacy_plan.make_privacy_plan(
           spec, config.budgets, len(client_ids), config.clients_per_round,
@@ -219,18 +262,29 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
       sigma_b, z_value = noise_split(config, plan)
       plan_summary = dict(plan.summary(), clipped_count_stddev=sigma_b,
                           value_noise_multiplier=z_value)
+      audit = config.audit_canaries > 0 and plan.noise_multiplier is not None
+      noise_added = plan.noise_multiplier
+      client_rates = plan.client_rates
+      if miscalibration is not None:
+        if plan.noise_multiplier is None:
+          raise ValueError("a broken control needs a DP run spec, not nonprivate.")
+        noise_added = plan.noise_multiplier * miscalibration.noise_scale
+        client_rates = miscalibration.client_rates(plan.client_rates, plan.client_groups)
+        plan_summary["broken_control"] = dict(miscalibration.to_dict(),
+                                              label=controls.BROKEN_LABEL)
       if process is None:
         process = build_idp_fedavg_process(
             model_fn,
             client_optimizer=build_optimizer(config.client_optimizer,
                                              config.client_learning_rate),
             server_optimizer=build_optimizer("sgd", config.server_learning_rate),
-            noise_multiplier=plan.noise_multiplier,
+            noise_multiplier=noise_added,
             expected_clients_per_round=plan.expected_clients_per_round,
             per_client_clip_scale=plan.client_clip_scales is not None,
             aggregator_kwargs=dict(aggregator_kwargs or {}, **plan.aggregator_kwargs(),
                                    **_clip_kwargs(config), clipped_count_stddev=sigma_b)
-            if plan.noise_multiplier is not None else None)
+            if plan.noise_multiplier is not None else None,
+            audit_canaries=audit)
       scales = (dict(zip(client_ids, plan.client_clip_scales.tolist()))
                 if plan.client_clip_scales is not None else None)
       run_dir = os.path.join(config.output_dir, spec.name, f"seed{seed}")
@@ -239,7 +293,7 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
       driver = RoundDriver(
           process=_ProcessWithSecretNoise(process, randomness,
                                           plan.noise_multiplier is not None),
-          sampler=PoissonClientSampler(client_ids, plan.client_rates,
+          sampler=PoissonClientSampler(client_ids, client_rates,
                                        randomness.sampling_seed()),
           client_input_fn=client_input_fn(train_data, config, seed, scales),
           output_dir=run_dir, ledger=plan.ledger,
@@ -247,7 +301,8 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
           evaluate_fn=evaluate, eval_every=config.eval_every,
           checkpoint_every=config.checkpoint_every,
           run_fingerprint=_fingerprint_config(config, plan, plan_summary, seed, train_data,
-                                              keras_builder, aggregator_kwargs),
+                                              keras_builder, aggregator_kwargs,
+                                              miscalibration),
           progress=config.progress, privacy_randomness=randomness,
           release_only=config.release_only, restart=config.restart)
       empty = (train_data.create_tf_dataset_for_client(client_ids[0]).take(0)
@@ -255,7 +310,23 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
       driver.padding_input_fn = (
           (lambda e=empty: scaled_client_data(e, 1.0)) if scales is not None
           else (lambda e=empty: e))
-      driver.run(config.rounds)
+      canary_plan = None
+      if audit:
+        canary_plan = client_canaries.make_canary_plan(
+            config.audit_canaries, plan.group_rates, plan.group_sizes,
+            _group_clip_scales(plan), _audit_seed(config, spec.name, seed))
+        factors = (miscalibration.group_factors(len(plan.group_rates))
+                   if miscalibration is not None and miscalibration.rate_factors else None)
+        driver.sampler = client_canaries.CanarySampler(driver.sampler, canary_plan, factors)
+        driver.client_input_fn = client_canaries.with_canary_inputs(
+            driver.client_input_fn, canary_plan, driver.padding_input_fn)
+        driver.padding_input_fn = client_canaries.with_canary_padding(driver.padding_input_fn)
+      final_state, _ = driver.run(config.rounds)
+      if canary_plan is not None:
+        cosines = client_canaries.canary_cosines_of_run(process, final_state, canary_plan)
+        audit_runs.append((cosines, canary_plan))
+        audit_bounds = list(plan.ledger.spent())
+        _write_run_audit(run_dir, canary_plan, cosines)
       history = read_metrics(os.path.join(run_dir, "metrics.csv"))
       histories.append(history)
       finals.append(history[-1]["eval_accuracy"])
@@ -266,10 +337,31 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
                         else 0.0,
                         epsilon_spent=list(eps_spent) if eps_spent else None,
                         history=[[r["round"], r["eval_accuracy"]] for r in histories[0]
-                                 if r["eval_accuracy"] is not None]))
+                                 if r["eval_accuracy"] is not None],
+                        audit=_pooled_audit(config, audit_runs, audit_bounds)))
   add_paired_comparisons(results)
   write_summary(config, results)
   return results
+
+
+def _write_run_audit(run_dir: str, plan: client_canaries.CanaryPlan,
+                     cosines: np.ndarray) -> None:
+  """``audit.json`` of one run: every canary's group, inserted flag and cosine."""
+  with open(os.path.join(run_dir, "audit.json"), "w") as f:
+    json.dump({"audit_seed": plan.audit_seed, "groups": plan.groups.tolist(),
+               "inserted": plan.inserted.tolist(), "rates": plan.rates.tolist(),
+               "cosines": cosines.tolist()}, f)
+
+
+def _pooled_audit(config: TrainingConfig, audit_runs: list, bounds: Optional[list]
+                  ) -> Optional[list[dict]]:
+  """Per-group estimates from the canaries of all seeds of one run spec (or None)."""
+  if not audit_runs:
+    return None
+  return audit_report.audit_groups(
+      [c for c, _ in audit_runs], [p.groups for _, p in audit_runs],
+      [p.inserted for _, p in audit_runs], bounds,
+      [f"eps{b:g}" for b in config.budgets], config.delta, seed=config.audit_seed)
 
 
 def reference_runs(names: Sequence[str]) -> dict[str, Optional[str]]:
@@ -315,7 +407,8 @@ def add_paired_comparisons(results: list[dict]) -> None:
 def _fingerprint_config(config: TrainingConfig, plan: Optional[privacy_plan.PrivacyPlan] = None,
                         plan_summary: Optional[dict] = None, seed: int = 0,
                         train_data: Any = None, keras_builder: Optional[Callable] = None,
-                        aggregator_kwargs: Optional[dict] = None) -> dict:
+                        aggregator_kwargs: Optional[dict] = None,
+                        miscalibration: Optional[controls.Miscalibration] = None) -> dict:
   """One run's resume fingerprint (:mod:`tff_idp.training.fingerprint`).
 
   Calibration: the plan (σ, σ_b, rates, clip scales, per-client rates and
@@ -335,6 +428,10 @@ def _fingerprint_config(config: TrainingConfig, plan: Optional[privacy_plan.Priv
                         "accountant", "allow_overrun", "max_rate", "clipped_count_stddev",
                         "initial_clip")
   fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in not_fingerprinted}
+  if not fields.get("audit_canaries"):
+    # No audit: the fingerprint of runs made before the audit existed.
+    fields.pop("audit_canaries", None)
+    fields.pop("audit_seed", None)
   calibration = {k: fields.pop(k) for k in calibration_fields if k in fields}
   calibration["plan"] = plan_summary
   if plan is not None:
@@ -342,6 +439,8 @@ def _fingerprint_config(config: TrainingConfig, plan: Optional[privacy_plan.Priv
     calibration["client_groups"] = (None if plan.client_groups is None
                                     else fingerprint.array_digest(plan.client_groups))
     calibration["aggregator"] = dict(aggregator_kwargs or {}, **plan.aggregator_kwargs())
+  if miscalibration is not None:
+    calibration["broken_control"] = miscalibration.to_dict()
   return fingerprint.run_fingerprint(
       calibration=calibration, training=dict(fields, server_optimizer="sgd"),
       data=(fingerprint.client_data_identity(train_data) if train_data is not None else None),
@@ -420,6 +519,13 @@ def format_table(config: TrainingConfig, results: list[dict]) -> str:
       "sampling are fresh per run. p is one-sided (H1: ref more accurate); "
       "separated = the 95% CI lies above 0. "
       f"z_Δ: value noise multiplier for σ_b={sigma_b} (--clipped_count_stddev)."]
+  if any(r.get("audit") for r in results):
+    lines += ["", "**Empirical privacy audit** (canary clients, "
+              f"--audit_canaries={config.audit_canaries} per run and seed, pooled over "
+              f"{n} seed(s)):", "", audit_report.format_audit_table(results)]
+  broken = [r["run"] for r in results if r.get("broken_control")]
+  if broken:
+    lines = [f"**{controls.BROKEN_LABEL}**: {', '.join(broken)}", ""] + lines
   if config.insecure_reproducible_noise:
     lines = [f"**{NOT_PRIVATE_LABEL}** (--insecure_reproducible_noise)", ""] + lines
   return "\n".join(lines)
@@ -453,5 +559,7 @@ def write_summary(config: TrainingConfig, results: list[dict]) -> None:
     fig.tight_layout()
     fig.savefig(os.path.join(config.output_dir, "accuracy.png"), dpi=120)
     plt.close(fig)
+    if any(r.get("audit") for r in results):
+      audit_report.plot_audit(results, os.path.join(config.output_dir, "audit.png"))
   except ImportError:
     logging.warning("matplotlib missing: no accuracy.png")

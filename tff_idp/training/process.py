@@ -81,6 +81,7 @@ def build_idp_fedavg_process(
     expected_clients_per_round: float,
     per_client_clip_scale: bool = False,
     aggregator_kwargs: Optional[dict] = None,
+    audit_canaries: bool = False,
 ) -> tff.learning.templates.LearningProcess:
   """IDP-FedAvg (Alg. 2) as a ``tff.learning.templates.LearningProcess``.
 
@@ -94,23 +95,38 @@ def build_idp_fedavg_process(
     aggregator_kwargs: passed to ``AdaptiveClipDPMeanFactory`` (initial_clip,
       target_unclipped_quantile, clip_learning_rate, clipped_count_stddev,
       noise_seed).
+    audit_canaries: build for the client-level audit
+      (:mod:`tff_idp.audit.client_canaries`): client data becomes
+      ``OrderedDict(data=<as without>, canary=<element>)`` and the aggregator
+      accepts canary clients (value sum only; normaliser and noise unchanged).
   """
   if noise_multiplier is None:
     if per_client_clip_scale:
       raise ValueError("per-client clip scales need a noise multiplier (SCALE is DP).")
+    if audit_canaries:
+      raise ValueError("the canary audit needs a DP run (a noise multiplier): a "
+                       "non-private run has no DP aggregator to audit.")
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer, server_optimizer,
         client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
         # A round whose cohort is empty (or only padding) leaves the model as is.
         model_aggregator=tff.aggregators.MeanFactory(no_nan_division=True))
   aggregator = AdaptiveClipDPMeanFactory(
-      noise_multiplier, expected_clients_per_round, **(aggregator_kwargs or {}))
-  if not per_client_clip_scale:
+      noise_multiplier, expected_clients_per_round, **(aggregator_kwargs or {}),
+      accept_canaries=audit_canaries)
+  if not per_client_clip_scale and not audit_canaries:
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer, server_optimizer,
         client_weighting=tff.learning.ClientWeighting.UNIFORM,
         model_aggregator=aggregator)
-  client_work = build_scaled_client_work(model_fn, client_optimizer)
+  if per_client_clip_scale:
+    client_work = build_scaled_client_work(model_fn, client_optimizer)
+  else:
+    client_work = tff.learning.templates.build_model_delta_client_work(
+        model_fn, client_optimizer, tff.learning.ClientWeighting.UNIFORM)
+  if audit_canaries:
+    from tff_idp.audit import client_canaries  # pylint: disable=g-import-not-at-top
+    client_work = client_canaries.build_canary_client_work(client_work)
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn)
   initial_weights_fn = _initial_model_weights_fn(model_fn)
