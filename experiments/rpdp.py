@@ -9,6 +9,16 @@ train through the same round driver, and a Fig. 8-style table compares them:
   python -m experiments.rpdp --dataset=fmnist --partition=iid --data_dir=~/.tff
   python -m experiments.rpdp --distribution=by_class --class_budgets=0-4:0.1,5-9:1 \
       --local_algorithm=ino_sgd
+  python -m experiments.rpdp --audit_canaries=96 --methods=ours    # + empirical privacy audit
+
+``--audit_canaries=k`` audits every private method empirically (Andrew et
+al., "One-shot Empirical Privacy Estimation for Federated Learning", ICLR
+2024, with record-level gradient canaries, :mod:`tff_idp.audit.record_canaries`):
+one more run of the first seed with k canary records split over the budget
+levels (``--audit_levels``; default the distinct budgets), after which a
+second table gives per level the ledger's ε bound, the empirical ε with its
+95% CI, whether the bound is violated, and the accuracy with and without
+canaries.
 
 Budgets that follow the data: ``--distribution=by_class`` gives every record
 the budget of its label, from ``--class_budgets`` (``<class>:<ε>`` or
@@ -139,6 +149,17 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 _RESTART = flags.DEFINE_bool(
     "restart", False, "Discard the checkpoints and metrics in --output_dir and start fresh "
     "(default: resume; a finished run is reported, not retrained).")
+_AUDIT_CANARIES = flags.DEFINE_integer(
+    "audit_canaries", 0,
+    "Empirical privacy audit (Andrew et al., ICLR 2024): k record-level gradient canaries, "
+    "split equally over the budget levels, half of each level held out, in one extra run "
+    "(first seed) per private method; the summary gains per level the ledger's ε bound "
+    "and the empirical ε (95% CI), and the accuracy with/without canaries. 0 = no audit.")
+_AUDIT_SEED = flags.DEFINE_integer("audit_seed", 0, "The auditor's seed (canary directions, "
+                                   "held-out split, placement).")
+_AUDIT_LEVELS = flags.DEFINE_list(
+    "audit_levels", None, "Budget levels ε of the canaries (default: the plan's distinct "
+    "budgets; needed for continuous preference distributions).")
 privacy_flags.define()
 
 
@@ -265,6 +286,17 @@ def main(argv):
     if _CLASS_BUDGETS.value and not by_class:
       raise ValueError(f"--class_budgets is only used with --distribution=by_class (not "
                        f"{_DISTRIBUTION.value}); drop it or set --distribution=by_class.")
+    if _AUDIT_CANARIES.value < 0:
+      raise ValueError(f"--audit_canaries={_AUDIT_CANARIES.value} must be >= 0.")
+    audit_levels = None
+    if _AUDIT_LEVELS.value:
+      try:
+        audit_levels = [float(v) for v in _AUDIT_LEVELS.value]
+      except ValueError:
+        raise ValueError(f"--audit_levels={','.join(_AUDIT_LEVELS.value)} must be numbers "
+                         "(budget levels ε).") from None
+      if not _AUDIT_CANARIES.value:
+        raise ValueError("--audit_levels is only used with --audit_canaries=k.")
     distribution = make_distribution()
     local_weight_fn, local_algorithm = None, _LOCAL_ALGORITHM.value
     if local_algorithm == "ino_sgd":
@@ -308,11 +340,17 @@ def main(argv):
         f"λ={params.client_rate:g}, σ={params.noise_multiplier:g}, L={_CLIP.value:g}, "
         f"δ={params.delta:g}, {params.threat_model}, local: {local_algorithm}")
   with runtime.execution_context(device=_DEVICE.value):
-    results = run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
-                  _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
-                  _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
-                  privacy_flags.insecure(), privacy_flags.release_only(),
-                  local_weight_fn, local_algorithm, class_groups, _RESTART.value)
+    try:
+      results = run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
+                    _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
+                    _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
+                    privacy_flags.insecure(), privacy_flags.release_only(),
+                    local_weight_fn, local_algorithm, class_groups, _RESTART.value,
+                    audit_canaries=_AUDIT_CANARIES.value, audit_seed=_AUDIT_SEED.value,
+                    audit_levels=audit_levels)
+    except record_runs.AuditConfigError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
   table = record_runs.write_summary(results, len(seeds), _OUTPUT_DIR.value, config)
   print()

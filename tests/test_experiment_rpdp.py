@@ -54,6 +54,26 @@ def test_rpdp_compares_all_methods_within_budget(tmp_path):
 
 
 @pytest.mark.slow
+def test_rpdp_audit_canaries_report_bound_and_empirical_epsilon(tmp_path):
+  """--audit_canaries: one audit run of the first seed, a per-level table and summary rows."""
+  proc = _run(["--num_clients=4", "--users_per_silo=3", "--rounds=2", "--local_steps=2",
+               "--seeds=0", "--eval_every=1", "--methods=ours", "--audit_canaries=12"],
+              tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "ε bound (ledger)" in proc.stdout and "ε empirical (95% CI)" in proc.stdout
+  row = json.load(open(tmp_path / "summary.json"))["results"][0]
+  assert [level["level"] for level in row["audit"]] == [0.1, 1.0, 5.0]
+  for level in row["audit"]:
+    assert level["num_inserted"] == level["num_held_out"] == 2
+    assert level["bound"] <= level["level"] + 1e-9
+    assert level["few_canaries"]
+  assert 0 <= row["audit_accuracy_with_canaries"] <= 1
+  assert row["audit_accuracy_without_canaries"] == row["final_accuracies"][0]
+  assert (tmp_path / "ours" / "seed0-audit" / "metrics.csv").exists()
+  assert "ε bound (ledger)" in open(tmp_path / "summary.md").read()
+
+
+@pytest.mark.slow
 def test_rpdp_by_class_budgets_report_per_group_utility(tmp_path):
   """Budgets follow the label (classes 0-4 at ε 0.5, 5-9 at ε 5) with INO-SGD."""
   proc = _run(["--num_clients=4", "--users_per_silo=3", "--rounds=2", "--local_steps=2",
@@ -115,6 +135,10 @@ BAD_FLAGS = [
     (["--distribution=by_class", "--class_budgets=0-4=0.1,5-9:1"],
      "--class_budgets: .*is not <class>:<ε>"),
     (["--distribution=by_class", "--class_budgets=0-10:1"], "class 10 does not exist"),
+    (["--audit_canaries=-1"], "--audit_canaries=-1.*>= 0"),
+    (["--audit_levels=0.5"], "only used with --audit_canaries"),
+    (["--audit_canaries=7"], "--audit_canaries=7 .*multiple of 6"),
+    (["--audit_canaries=12", "--methods=privacy_free"], "needs a private method"),
 ]
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,21 @@ For each of τ local steps, a client
    longer apply; Σ_j q_j is fixed before sampling;
 5. takes one optimizer step.
 
+**Gradient canaries** (empirical privacy audit, Andrew et al., "One-shot
+Empirical Privacy Estimation for Federated Learning", ICLR 2024, applied to
+records as in rPDP-FL's two-stage sampling, Alg. 3). With ``canary_seeds``
+the update also takes a per-record ``canary_index`` (−1 for a real record,
+else the row of ``canary_seeds``). A canary record is Poisson-sampled at its
+own q_j like any record, but in step 3 its clipped gradient is *replaced*
+(:class:`tff_idp.client_work.per_example.ExampleReplacement`) by
+L_j·u_j, its clip threshold times its fixed unit direction
+(:func:`tff_idp.audit.directions.canary_direction`): a contribution of
+exactly the clip norm. Canaries add nothing to the normaliser of step 4,
+which stays the real records' Σ q_j, and nothing to the loss / clipped /
+sampled statistics. Real records are unaffected: without ``canary_seeds``
+the step is the plain one, and with canaries the real records' clipped
+gradients, sampling and noise are the same.
+
 Randomness is stateless, derived from a per-client seed that travels with the
 data, so a round can be replayed bit for bit (and resumed exactly) by whoever
 holds that seed: the client. The seed must be secret (see
@@ -28,12 +43,13 @@ holds that seed: the client. The seed must be secret (see
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_idp.audit import directions as canary_directions
 from tff_idp.client_work import per_example
 
 LossFn = per_example.LossFn
@@ -62,11 +78,16 @@ def keras_model_of(model: tff.learning.models.VariableModel) -> Optional[tf.kera
 def clipped_gradient_sum(model: tff.learning.models.VariableModel, x: tf.Tensor,
                          y: tf.Tensor, clip_norm: per_example.ClipNorm, loss_fn: LossFn,
                          example_weight_fn: Optional[ExampleWeightFn] = None,
-                         force_generic: bool = False):
+                         force_generic: bool = False,
+                         replacement: Optional[Callable[[list], per_example.ExampleReplacement]]
+                         = None):
   """Σ_j w_j · clip_{L_j}(∇ℓ(x_j, y_j)) over a batch, vectorised over examples.
 
   ``clip_norm`` is one L or a [B] tensor of per-example thresholds L_j;
   ``example_weight_fn(losses, thresholds)`` gives w_j ∈ [0, 1].
+  ``replacement(variables)``, if given, returns the
+  :class:`~tff_idp.client_work.per_example.ExampleReplacement` (keyed by the
+  variables' refs) applied after clipping, in both paths.
 
   Uses the layer-wise fast path of :mod:`tff_idp.client_work.per_example`
   when the model is a supported Keras ``Sequential``, else ``vectorized_map``.
@@ -77,13 +98,14 @@ def clipped_gradient_sum(model: tff.learning.models.VariableModel, x: tf.Tensor,
   """
   variables = list(model.trainable_variables)
   keras_model = keras_model_of(model)
+  replaced = replacement(variables) if replacement is not None else None
   if not force_generic and per_example.supports_layerwise(keras_model):
     sums, losses, norms = per_example.layerwise_clipped_sum(
-        keras_model, x, y, clip_norm, loss_fn, example_weight_fn)
+        keras_model, x, y, clip_norm, loss_fn, example_weight_fn, replaced)
   else:
     sums, losses, norms = per_example.vectorized_clipped_sum(
         lambda xb: model.predict_on_batch(xb, training=True), variables, x, y,
-        clip_norm, loss_fn, example_weight_fn)
+        clip_norm, loss_fn, example_weight_fn, replaced)
   return [sums[v.ref()] for v in variables], losses, norms
 
 
@@ -106,11 +128,41 @@ def _record_thresholds(q: tf.Tensor, clip_norms: Optional[tf.Tensor],
     return tf.identity(thresholds)
 
 
+def canary_replacement(canary_index: tf.Tensor, thresholds: tf.Tensor,
+                       canary_seeds: tf.Tensor) -> Callable[[list], per_example.ExampleReplacement]:
+  """The replacement of a batch's canary records by L_j·u_j (see module doc).
+
+  ``canary_index``: int32 [B] (−1 = real record); ``thresholds``: float32 [B]
+  clip thresholds L_j; ``canary_seeds``: int64 [k, 2]. Returns a function of
+  the trainable variables (for :func:`clipped_gradient_sum`).
+  """
+
+  def make(variables: list) -> per_example.ExampleReplacement:
+    specs = [tf.TensorSpec(v.shape, v.dtype) for v in variables]
+    is_canary = canary_index >= 0
+    rows = tf.boolean_mask(canary_index, is_canary)
+    scales = tf.boolean_mask(thresholds, is_canary)
+    seeds = tf.gather(canary_seeds, rows)
+
+    def body(i, acc):
+      u = canary_directions.canary_direction(seeds[i], specs)
+      return i + 1, [a + tf.cast(scales[i], a.dtype) * d for a, d in zip(acc, u)]
+
+    _, sums = tf.while_loop(
+        lambda i, _: i < tf.shape(rows)[0], body,
+        (tf.constant(0), [tf.zeros(s.shape, s.dtype) for s in specs]))
+    return per_example.ExampleReplacement(
+        replaced=is_canary, sums={v.ref(): g for v, g in zip(variables, sums)})
+
+  return make
+
+
 def build_local_dp_sgd(model: tff.learning.models.VariableModel,
                        optimizer: tff.learning.optimizers.Optimizer,
                        local_steps: int, noise_multiplier: float, clip_norm: float,
                        loss_fn: LossFn = sparse_categorical_crossentropy,
-                       example_weight_fn: Optional[ExampleWeightFn] = None):
+                       example_weight_fn: Optional[ExampleWeightFn] = None,
+                       canary_seeds: Optional[np.ndarray] = None):
   """Returns a ``tf.function`` running τ steps of record-level Poisson DP-SGD.
 
   The returned function takes ``(initial_weights, x, y, q, seed,
@@ -125,6 +177,13 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   ``initial − final`` trainable weights (TFF's model-delta convention) and
   ``stats`` holds sums for metrics: loss over sampled examples, sampled
   examples, clipped examples, Σ_j q_j and steps taken.
+
+  With ``canary_seeds`` (int64 [k, 2], :func:`tff_idp.audit.directions.canary_seeds`)
+  the function also takes ``canary_index`` (int32 [N], −1 for real records;
+  required then): canary records are sampled at their q_j and contribute
+  exactly L_j·u_j each (module doc). They are left out of Σ_j q_j (the
+  normaliser and ``stats["expected_batch"]``) and of the loss, sampled and
+  clipped counts.
   """
   if local_steps < 1:
     raise ValueError(f"local_steps={local_steps!r} must be >= 1.")
@@ -135,15 +194,40 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   if noise_multiplier > 0 and not np.isfinite(clip_norm):
     raise ValueError("noise needs a finite clip_norm: σ·L is the noise std.")
   noise_std = float(noise_multiplier) * float(clip_norm) if noise_multiplier > 0 else 0.0
+  seeds_table = None
+  if canary_seeds is not None:
+    seeds_table = np.asarray(canary_seeds, np.int64)
+    if seeds_table.ndim != 2 or seeds_table.shape[1] != 2:
+      raise ValueError(f"canary_seeds must be int64 [k, 2] (got shape {seeds_table.shape}).")
 
   @tf.function
-  def local_update(initial_weights, x, y, q, seed, clip_norms=None):
+  def local_update(initial_weights, x, y, q, seed, clip_norms=None, canary_index=None):
     model_weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, initial_weights)
     trainable = tuple(model_weights.trainable)
     q = tf.cast(q, tf.float32)
     thresholds = _record_thresholds(q, clip_norms, clip_norm)
-    expected_batch = tf.reduce_sum(q)
+    if seeds_table is None:
+      if canary_index is not None:
+        raise ValueError("canary_index needs a local update built with canary_seeds.")
+      real_q = q
+    else:
+      if canary_index is None:
+        raise ValueError("a local update built with canary_seeds needs canary_index "
+                         "(−1 for every real record).")
+      canary_index = tf.cast(canary_index, tf.int32)
+      with tf.control_dependencies([
+          tf.debugging.assert_equal(tf.shape(canary_index), tf.shape(q),
+                                    message="give one canary index per record"),
+          tf.debugging.assert_less(canary_index, seeds_table.shape[0],
+                                   message="canary index beyond canary_seeds"),
+          tf.debugging.assert_greater_equal(canary_index, -1,
+                                            message="canary index must be >= -1")]):
+        canary_index = tf.identity(canary_index)
+      # Canaries are extra records on top of the real ones: the normaliser stays
+      # the real records' expected batch.
+      real_q = tf.where(canary_index >= 0, tf.zeros_like(q), q)
+    expected_batch = tf.reduce_sum(real_q)
     specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
     opt_state = optimizer.initialize(specs)
     loss_sum = tf.constant(0.0)
@@ -159,14 +243,28 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
         yb = tf.boolean_mask(y, mask)
         cb = tf.boolean_mask(thresholds, mask)
         n = tf.shape(yb)[0]
+        if seeds_table is None:
+          replacement = None
+          real_b = tf.ones([n], tf.float32)
+        else:
+          index_b = tf.boolean_mask(canary_index, mask)
+          replacement = canary_replacement(index_b, cb, tf.constant(seeds_table))
+          real_b = tf.cast(index_b < 0, tf.float32)
         if n > 0:
           grad_sums, losses, norms = clipped_gradient_sum(
-              model, xb, yb, cb, loss_fn, example_weight_fn)
-          loss_sum += tf.reduce_sum(losses)
-          clipped += tf.reduce_sum(tf.cast(norms > cb, tf.float32))
+              model, xb, yb, cb, loss_fn, example_weight_fn, replacement=replacement)
+          if seeds_table is None:
+            loss_sum += tf.reduce_sum(losses)
+            clipped += tf.reduce_sum(tf.cast(norms > cb, tf.float32))
+          else:
+            loss_sum += tf.reduce_sum(losses * real_b)
+            clipped += tf.reduce_sum(tf.cast(norms > cb, tf.float32) * real_b)
         else:
           grad_sums = [tf.zeros_like(v) for v in trainable]
-        sampled += tf.cast(n, tf.float32)
+        if seeds_table is None:
+          sampled += tf.cast(n, tf.float32)
+        else:
+          sampled += tf.reduce_sum(real_b)
         noise_seed = tf.random.experimental.stateless_fold_in(step_seed, _NOISE_STREAM)
         noisy = []
         for k, g in enumerate(grad_sums):

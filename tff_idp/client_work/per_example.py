@@ -20,10 +20,19 @@ stays within L_j and the sum's add/remove sensitivity is unchanged
   single-example gradient, which TensorFlow's pfor turns into batched ops.
 
 Neither loops over examples in Python nor uses micro-batches of one.
+
+Both paths also take an optional :class:`ExampleReplacement`, applied after
+clipping and weighting: the replaced examples' own clipped gradients are
+dropped (factor 0) and given vectors are added in their place. This is how
+the record-level gradient canaries of the empirical privacy audit (Andrew
+et al., "One-shot Empirical Privacy Estimation for Federated Learning",
+ICLR 2024) enter the one DP-SGD step: a sampled canary contributes exactly
+L_j·u_j, its clip norm times its fixed unit direction
+(:mod:`tff_idp.audit.record_canaries`). Without a replacement nothing changes.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 import tensorflow as tf
 
@@ -32,6 +41,33 @@ ExampleWeightFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 """``(per-example losses [B], per-example clip thresholds [B]) -> weights [B] in [0, 1]``."""
 ClipNorm = Union[float, tf.Tensor]
 """One clip threshold for the batch, or a [B] tensor of per-example thresholds."""
+
+
+class ExampleReplacement(NamedTuple):
+  """Examples whose clipped gradient is replaced by a given vector, after clipping.
+
+  Attributes:
+    replaced: bool [B], the examples whose own (clipped, weighted) gradient is
+      dropped from the sum.
+    sums: ``{var.ref(): tensor}``, Σ over the replaced examples of their
+      replacement vectors, per trainable variable (added to the sum). Each
+      replacement vector must have norm <= the example's clip threshold for
+      the sum's sensitivity to stay L_j (canaries: exactly L_j·u_j, ‖u_j‖ = 1).
+  """
+  replaced: tf.Tensor
+  sums: Mapping[Any, tf.Tensor]
+
+
+def _replace(factors: tf.Tensor, replacement: Optional[ExampleReplacement]) -> tf.Tensor:
+  if replacement is None:
+    return factors
+  return tf.where(replacement.replaced, tf.zeros_like(factors), factors)
+
+
+def _add_replacements(sums: dict, replacement: Optional[ExampleReplacement]) -> dict:
+  if replacement is None:
+    return sums
+  return {ref: g + tf.cast(replacement.sums[ref], g.dtype) for ref, g in sums.items()}
 
 
 def _clip_factors(sq_norms: tf.Tensor, losses: tf.Tensor, clip_norm: ClipNorm,
@@ -75,7 +111,8 @@ def supports_layerwise(keras_model: Optional[tf.keras.Model]) -> bool:
 
 def layerwise_clipped_sum(keras_model: tf.keras.Sequential, x: tf.Tensor, y: tf.Tensor,
                           clip_norm: ClipNorm, loss_fn: LossFn,
-                          example_weight_fn: Optional[ExampleWeightFn] = None):
+                          example_weight_fn: Optional[ExampleWeightFn] = None,
+                          replacement: Optional[ExampleReplacement] = None):
   """Fast path; see module doc. Returns ``({var.ref(): summed grad}, losses, norms)``."""
   recorded = []  # (layer, input, pre-activation)
   with tf.GradientTape() as tape:
@@ -126,7 +163,8 @@ def layerwise_clipped_sum(keras_model: tf.keras.Sequential, x: tf.Tensor, y: tf.
       if layer.use_bias:
         sq_norms += tf.reduce_sum(tf.square(bias_grads), axis=1)
       per_layer.append(("conv", layer, grads, bias_grads, None))
-  factors = _clip_factors(sq_norms, losses, clip_norm, example_weight_fn)
+  factors = _replace(_clip_factors(sq_norms, losses, clip_norm, example_weight_fn),
+                     replacement)
   sums = {}
   for kind, layer, a, b, _ in per_layer:
     if kind == "dense":
@@ -138,13 +176,14 @@ def layerwise_clipped_sum(keras_model: tf.keras.Sequential, x: tf.Tensor, y: tf.
           tf.einsum("b,bkc->kc", factors, a), tf.shape(layer.kernel))
       if layer.use_bias:
         sums[layer.bias.ref()] = tf.einsum("b,bc->c", factors, b)
-  return sums, losses, tf.sqrt(sq_norms)
+  return _add_replacements(sums, replacement), losses, tf.sqrt(sq_norms)
 
 
 def vectorized_clipped_sum(predict_fn: Callable[[tf.Tensor], tf.Tensor],
                            variables: list, x: tf.Tensor, y: tf.Tensor,
                            clip_norm: ClipNorm, loss_fn: LossFn,
-                           example_weight_fn: Optional[ExampleWeightFn] = None):
+                           example_weight_fn: Optional[ExampleWeightFn] = None,
+                           replacement: Optional[ExampleReplacement] = None):
   """Generic path: per-example gradients with ``tf.vectorized_map``.
 
   Returns ``({var.ref(): summed grad}, losses, norms)``.
@@ -162,7 +201,8 @@ def vectorized_clipped_sum(predict_fn: Callable[[tf.Tensor], tf.Tensor],
   batch = tf.shape(losses)[0]
   sq_norms = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(g), [batch, -1]), axis=1)
                        for g in grads])
-  factors = _clip_factors(sq_norms, losses, clip_norm, example_weight_fn)
+  factors = _replace(_clip_factors(sq_norms, losses, clip_norm, example_weight_fn),
+                     replacement)
   sums = {v.ref(): tf.tensordot(factors, g, axes=[[0], [0]])
           for v, g in zip(variables, grads)}
-  return sums, losses, tf.sqrt(sq_norms)
+  return _add_replacements(sums, replacement), losses, tf.sqrt(sq_norms)

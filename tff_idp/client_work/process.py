@@ -32,47 +32,65 @@ from tff_idp.client_work import dp_sgd
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 RATE_KEY = "q"
 SEED_KEY = "seed"
+CANARY_KEY = "canary"
 STAT_KEYS = ("loss_sum", "sampled", "clipped", "expected_batch", "steps")
 
 
-def record_element_spec(input_spec) -> collections.OrderedDict:
-  """The model's (x, y) batch spec plus per-record ``q`` and ``seed``."""
+def record_element_spec(input_spec, with_canaries: bool = False) -> collections.OrderedDict:
+  """The model's (x, y) batch spec plus per-record ``q`` and ``seed`` (and ``canary``)."""
   x_spec, y_spec = (input_spec["x"], input_spec["y"]) if isinstance(input_spec, dict) \
       else input_spec
-  return collections.OrderedDict(
+  spec = collections.OrderedDict(
       x=x_spec, y=y_spec,
       q=tf.TensorSpec([None], tf.float32),
       seed=tf.TensorSpec([None, 2], tf.int64))
+  if with_canaries:
+    spec[CANARY_KEY] = tf.TensorSpec([None], tf.int32)
+  return spec
 
 
 def record_dataset(x: np.ndarray, y: np.ndarray, q: np.ndarray, seed: tuple[int, int],
-                   batch_size: int = 512) -> tf.data.Dataset:
-  """One client's records with their rates and the round's seed, batched."""
+                   batch_size: int = 512,
+                   canary_index: Optional[np.ndarray] = None) -> tf.data.Dataset:
+  """One client's records with their rates and the round's seed, batched.
+
+  ``canary_index`` (int32 [N], −1 = real record) adds the ``canary`` field of
+  an audit process (module doc); without it the dataset is the plain one.
+  """
   n = len(y)
   if not len(x) == len(q) == n:
     raise ValueError(f"x, y and q must have one row per record (got {len(x)}, {n}, {len(q)}).")
   seeds = np.broadcast_to(np.asarray(seed, dtype=np.int64), (n, 2))
-  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      x=x, y=y, q=np.asarray(q, np.float32), seed=seeds)).batch(batch_size)
+  fields = collections.OrderedDict(x=x, y=y, q=np.asarray(q, np.float32), seed=seeds)
+  if canary_index is not None:
+    if len(canary_index) != n:
+      raise ValueError(f"canary_index must have one entry per record (got "
+                       f"{len(canary_index)} for {n}).")
+    fields[CANARY_KEY] = np.asarray(canary_index, np.int32)
+  return tf.data.Dataset.from_tensor_slices(fields).batch(batch_size)
 
 
 def collect_records(dataset: tf.data.Dataset):
-  """Concatenates every batch of a client's dataset into whole tensors (x, y, q, seed)."""
+  """Concatenates every batch of a client's dataset into whole tensors.
+
+  Returns (x, y, q, seed), plus the ``canary`` indices last when the dataset
+  has that field.
+  """
   spec = dataset.element_spec
+  keys = ("x", "y", "q", "seed") + ((CANARY_KEY,) if CANARY_KEY in spec else ())
 
   def empty(s):
     return tf.zeros([0] + s.shape.as_list()[1:], s.dtype)
 
-  initial = tuple(empty(spec[k]) for k in ("x", "y", "q", "seed"))
+  initial = tuple(empty(spec[k]) for k in keys)
 
   def concat(state, batch):
-    return tuple(tf.concat([s, batch[k]], axis=0)
-                 for s, k in zip(state, ("x", "y", "q", "seed")))
+    return tuple(tf.concat([s, batch[k]], axis=0) for s, k in zip(state, keys))
 
-  x, y, q, seeds = dataset.reduce(initial, concat)
+  x, y, q, seeds, *rest = dataset.reduce(initial, concat)
   seed = tf.cond(tf.shape(seeds)[0] > 0, lambda: seeds[0],
                  lambda: tf.zeros([2], tf.int64))
-  return x, y, q, seed
+  return (x, y, q, seed, *rest)
 
 
 def build_record_dp_client_work(
@@ -80,6 +98,7 @@ def build_record_dp_client_work(
     local_steps: int, noise_multiplier: float, clip_norm: float,
     loss_fn: dp_sgd.LossFn = dp_sgd.sparse_categorical_crossentropy,
     example_weight_fn: Optional[dp_sgd.ExampleWeightFn] = None,
+    canary_seeds: Optional[np.ndarray] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """rPDP-FL client work (Alg. 3 lines 9-17) as a ``tff.learning.templates.ClientWorkProcess``.
 
@@ -95,6 +114,9 @@ def build_record_dp_client_work(
       applied to the clipped gradients of the sampled records, e.g.
       ``importance.ino_example_weight_fn(gamma)`` for INO-SGD (weights
       outside [0, 1] fail loudly).
+    canary_seeds: int64 [k, 2] seeds of the audit's gradient canaries
+      (:func:`tff_idp.audit.directions.canary_seeds`); the client data then
+      has the ``canary`` field (module doc, :mod:`tff_idp.audit.record_canaries`).
 
   The update weight is 1 for a client that took steps and 0 for one that had
   no records or only excluded ones, so padding clients never move the mean.
@@ -104,7 +126,8 @@ def build_record_dp_client_work(
   with tf.Graph().as_default():
     model = model_fn()
     weights_type = tff.learning.models.weights_type_from_model(model)
-    element_spec = record_element_spec(model.input_spec)
+    element_spec = record_element_spec(model.input_spec,
+                                       with_canaries=canary_seeds is not None)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
 
   @tff.tensorflow.computation(weights_type, data_type)
@@ -112,9 +135,13 @@ def build_record_dp_client_work(
     local_model = model_fn()
     update_fn = dp_sgd.build_local_dp_sgd(
         local_model, optimizer, local_steps, noise_multiplier, clip_norm, loss_fn,
-        example_weight_fn)
-    x, y, q, seed = collect_records(dataset)
-    delta, stats = update_fn(initial_weights, x, y, q, seed)
+        example_weight_fn, canary_seeds=canary_seeds)
+    if canary_seeds is None:
+      x, y, q, seed = collect_records(dataset)
+      delta, stats = update_fn(initial_weights, x, y, q, seed)
+    else:
+      x, y, q, seed, canary_index = collect_records(dataset)
+      delta, stats = update_fn(initial_weights, x, y, q, seed, canary_index=canary_index)
     weight = tf.cast(stats["steps"] > 0, tf.float32)
     stats = collections.OrderedDict((k, stats[k]) for k in STAT_KEYS)
     stats["participating"] = weight
@@ -155,6 +182,7 @@ def build_rpdp_fedavg_process(
     noise_multiplier: float, clip_norm: float,
     loss_fn: dp_sgd.LossFn = dp_sgd.sparse_categorical_crossentropy,
     example_weight_fn: Optional[dp_sgd.ExampleWeightFn] = None,
+    canary_seeds: Optional[np.ndarray] = None,
 ) -> tff.learning.templates.LearningProcess:
   """rPDP-FL (Alg. 3) as a ``LearningProcess``: broadcast → record-level DP-SGD → mean → optimizer.
 
@@ -162,11 +190,14 @@ def build_rpdp_fedavg_process(
   weights (an empty cohort leaves the model unchanged). With a server SGD
   learning rate of 1 the new global model is the average of the clients'
   local models, as in Alg. 3 line 18.
+
+  ``canary_seeds`` builds the audit variant (record-level gradient canaries,
+  :func:`build_record_dp_client_work`).
   """
   client_work = build_record_dp_client_work(
       model_fn, client_optimizer, local_steps=local_steps,
       noise_multiplier=noise_multiplier, clip_norm=clip_norm, loss_fn=loss_fn,
-      example_weight_fn=example_weight_fn)
+      example_weight_fn=example_weight_fn, canary_seeds=canary_seeds)
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn)
 

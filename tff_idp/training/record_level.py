@@ -77,27 +77,40 @@ class RecordFederation:
 def record_input_fn(federation: RecordFederation, plan: RecordPlan,
                     accountant: Optional[RecordBudgetAccountant],
                     randomness: PrivacyRandomness,
-                    batch_size: int = 1024) -> Callable[[str, int], Any]:
+                    batch_size: int = 1024,
+                    canaries: Optional[Any] = None) -> Callable[[str, int], Any]:
   """``(client_id, round) -> dataset`` with the records' current rates (0 = excluded).
 
   The dataset carries the client's secret seed for the round
   (``randomness.client_seed``), which drives its record sampling and noise.
+
+  ``canaries`` (an audit's :class:`tff_idp.audit.record_canaries.RecordCanaries`)
+  appends the client's inserted gradient canaries after its real records,
+  via ``canaries.client_records(client_id, x, y, q) -> (x, y, q, canary_index)``.
+  The real records' rates still come from the ledger, which never sees a
+  canary.
   """
 
   def make(client_id: str, round_num: int):
     q = accountant.current_rates(client_id) if accountant is not None \
         else plan.rates[client_id]
-    return record_dataset(federation.x[client_id], federation.y[client_id], q,
-                          randomness.client_seed(client_id, round_num), batch_size)
+    x, y = federation.x[client_id], federation.y[client_id]
+    seed = randomness.client_seed(client_id, round_num)
+    if canaries is None:
+      return record_dataset(x, y, q, seed, batch_size)
+    x, y, q, index = canaries.client_records(client_id, x, y, q)
+    return record_dataset(x, y, q, seed, batch_size, canary_index=index)
 
   return make
 
 
-def empty_input_fn(federation: RecordFederation) -> Callable[[], Any]:
+def empty_input_fn(federation: RecordFederation,
+                   with_canaries: bool = False) -> Callable[[], Any]:
   """A client with no records (for cohort padding: weight 0, update 0)."""
   cid = federation.client_ids[0]
   x, y = federation.x[cid][:0], federation.y[cid][:0]
-  return lambda: record_dataset(x, y, np.zeros(0, np.float32), (0, 0))
+  index = np.zeros(0, np.int32) if with_canaries else None
+  return lambda: record_dataset(x, y, np.zeros(0, np.float32), (0, 0), canary_index=index)
 
 
 def _rates_digest(plan: RecordPlan) -> dict:
@@ -123,7 +136,8 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
                      eval_metrics: Sequence[str] = (), *,
                      hyperparameters: Optional[Mapping[str, Any]] = None,
                      keras_builder: Optional[Callable[[], Any]] = None,
-                     restart: bool = False):
+                     restart: bool = False,
+                     canaries: Optional[Any] = None):
   """Runs (or resumes) one seed of a record-level method; returns (state, rows, accountant).
 
   ``rows`` are the whole run's metric rows (a finished run returns its
@@ -158,6 +172,13 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
       other activations is then told apart).
     restart: discard this run's checkpoints and metrics and start fresh
       (:class:`RoundDriver`'s ``restart``, the experiments' ``--restart``).
+    canaries: an empirical privacy audit's record-level gradient canaries
+      (:class:`tff_idp.audit.record_canaries.RecordCanaries`; ``process``
+      must be built with their ``seeds``). They are appended to their
+      clients' data every round (:func:`record_input_fn`) and go into the
+      fingerprint; the ledger and the real records' rates are unchanged.
+      Use :func:`tff_idp.audit.record_canaries.run_record_audit` to run and
+      evaluate an audit.
   """
   if not isinstance(hyperparameters, Mapping) or not hyperparameters:
     raise ToolkitValueError(
@@ -173,7 +194,8 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
                                  randomness.sampling_seed())
   driver = RoundDriver(
       process=process, sampler=sampler,
-      client_input_fn=record_input_fn(federation, plan, accountant, randomness),
+      client_input_fn=record_input_fn(federation, plan, accountant, randomness,
+                                      canaries=canaries),
       output_dir=output_dir, evaluate_fn=evaluate_fn, eval_every=eval_every,
       checkpoint_every=checkpoint_every, progress=progress,
       run_fingerprint=fingerprint_lib.run_fingerprint(
@@ -184,13 +206,15 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
                        **_rates_digest(plan)},
           training=hyperparameters,
           data={"records": fingerprint_lib.records_identity(federation.x, federation.y),
-                "name": fingerprint},
+                "name": fingerprint,
+                **({} if canaries is None else {"canaries": canaries.identity()})},
           model=(fingerprint_lib.keras_model_identity(keras_builder())
                  if keras_builder is not None else None),
           run_seed=run_seed,
           insecure_reproducible_noise=insecure_reproducible_noise),
       restart=restart,
-      padding_input_fn=empty_input_fn(federation), record_accountant=accountant,
+      padding_input_fn=empty_input_fn(federation, with_canaries=canaries is not None),
+      record_accountant=accountant,
       privacy_randomness=randomness, release_only=release_only,
       eval_metrics=tuple(eval_metrics))
   state, rows = driver.run(plan.params.rounds)

@@ -8,6 +8,13 @@ runs every seed through :func:`tff_idp.training.record_level.run_record_level`
 row per method; :func:`format_table` and :func:`plot` present them.
 ``experiments.rpdp`` is its command line and :func:`tff_idp.runners.run_rpdp`
 its one-call Python entry.
+
+With ``audit_canaries=k`` every private method also gets an empirical
+privacy audit (record-level gradient canaries, Andrew et al., ICLR 2024;
+:mod:`tff_idp.audit.record_canaries`): one more run of its first seed with
+k canaries, whose per-level "ε bound" (the ledger's) and "ε empirical (95%
+CI)" go into the summary row (``audit``) and :func:`format_audit_table`,
+together with the final accuracy with and without canaries.
 """
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ import collections
 import dataclasses
 import math
 import os
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -28,6 +35,10 @@ from tff_idp.training import evaluation
 from tff_idp.training import group_metrics
 from tff_idp.training import record_level
 from tff_idp.training.metrics import read_metrics
+
+
+class AuditConfigError(ValueError):
+  """The requested canary audit cannot be set up (raised before any training)."""
 
 
 @dataclasses.dataclass
@@ -105,6 +116,32 @@ def format_table(results: list[dict], num_seeds: int) -> str:
   return "\n".join(lines)
 
 
+def format_audit_table(results: list[dict]) -> str:
+  """Per method and budget level: the ledger's ε bound and the empirical ε (audit runs).
+
+  Empty when no row has an ``audit`` (no ``audit_canaries``).
+  """
+  audited = [r for r in results if r.get("audit")]
+  if not audited:
+    return ""
+  lines = ["| method | level ε | rate q | ε bound (ledger) | ε empirical (95% CI) | flagged | "
+           "canaries inserted / held out | accuracy with / without canaries |",
+           "|---|---|---|---|---|---|---|---|"]
+  for r in audited:
+    with_c, without = r.get("audit_accuracy_with_canaries"), r.get(
+        "audit_accuracy_without_canaries")
+    utility = "—" if with_c is None or without is None else \
+        f"{100 * with_c:.2f} / {100 * without:.2f}"
+    for level in r["audit"]:
+      lines.append(
+          f"| {r['method']} | {level['level']:g} | {level['rate']:.4g} | "
+          f"{level['bound']:.3g} | {level['formatted']} | "
+          f"{'YES' if level['flagged'] else 'no'}"
+          f"{' (few canaries)' if level.get('few_canaries') else ''} | "
+          f"{level['num_inserted']} / {level['num_held_out']} | {utility} |")
+  return "\n".join(lines)
+
+
 def plot(results: list[dict], out: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
@@ -137,7 +174,8 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         local_weight_fn: Optional[Callable] = None,
         local_algorithm: str = "dp_sgd",
         class_groups: Optional[Mapping[int, str]] = None,
-        restart: bool = False) -> list[dict]:
+        restart: bool = False, audit_canaries: int = 0, audit_seed: int = 0,
+        audit_levels: Optional[Sequence[float]] = None) -> list[dict]:
   """Every method × seed; returns one summary row per method.
 
   ``restart`` discards each run directory's checkpoints and metrics first
@@ -157,6 +195,15 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
   ``max_budget_used_vs_own`` / ``mean_budget_used_vs_own``, ε spent / each
   record's own ε_ij (for ours the same as vs effective; for Minimum the mean
   shows the personal budget left unused; Dropout's dropped records count 0).
+
+  ``audit_canaries`` > 0 adds an audit run (the first seed, in
+  ``<method>/seed<s>-audit``) of every private method with that many
+  record-level gradient canaries (:mod:`tff_idp.audit.record_canaries`;
+  ``audit_levels`` are the budget levels, default the plan's distinct
+  budgets, ``audit_seed`` the auditor's seed). Its per-level results go into
+  the row's ``audit`` and its final accuracy into
+  ``audit_accuracy_with_canaries`` (``audit_accuracy_without_canaries``: the
+  same seed's run without canaries).
   """
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
@@ -171,6 +218,20 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
                   if k != "accuracy"] if class_groups else []
   plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch,
                                             estimator) for m in methods}
+  audit_canary_sets = {}
+  if audit_canaries:
+    from tff_idp.audit import record_canaries  # pylint: disable=g-import-not-at-top
+    for m in methods:  # validate every audit before any training
+      if plans[m].budgets is not None:
+        try:
+          audit_canary_sets[m] = record_canaries.make_record_canaries(
+              plans[m], federation.records, audit_canaries, audit_seed=audit_seed,
+              levels=audit_levels)
+        except ValueError as e:
+          raise AuditConfigError(f"--audit_canaries={audit_canaries} ({m}): {e}") from None
+    if not audit_canary_sets:
+      raise AuditConfigError("--audit_canaries needs a private method (ours, minimum or "
+                             "dropout); privacy_free has no budget to audit.")
   processes = {}
   results = []
   flat_budgets = np.concatenate(list(budgets.values()))
@@ -185,19 +246,20 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
           clip_norm=plan.clip_norm, loss_fn=models.per_example_loss(federation.head),
           example_weight_fn=local_weight_fn if math.isfinite(plan.clip_norm) else None)
     finals, final_rows, history, accountant = [], [], [], None
+    hyperparameters = {"client_optimizer": "sgd", "client_learning_rate": learning_rate,
+                       "server_optimizer": "sgd", "server_learning_rate": 1.0,
+                       "local_steps": params.local_steps,
+                       "local_algorithm": local_algorithm}
+    run_kwargs = dict(fingerprint={"head": federation.head},
+                      keras_builder=federation.keras_builder,
+                      insecure_reproducible_noise=insecure_reproducible_noise,
+                      release_only=release_only, eval_metrics=eval_metrics, restart=restart)
     for seed in seeds:
       run_dir = os.path.join(output_dir, method, f"seed{seed}")
       _, _, accountant = record_level.run_record_level(
           processes[key], federation.records, plan, seed, run_dir, evaluate,
           eval_every, checkpoint_every, progress,
-          fingerprint={"head": federation.head},
-          hyperparameters={"client_optimizer": "sgd", "client_learning_rate": learning_rate,
-                           "server_optimizer": "sgd", "server_learning_rate": 1.0,
-                           "local_steps": params.local_steps,
-                           "local_algorithm": local_algorithm},
-          keras_builder=federation.keras_builder,
-          insecure_reproducible_noise=insecure_reproducible_noise,
-          release_only=release_only, eval_metrics=eval_metrics, restart=restart)
+          hyperparameters=hyperparameters, **run_kwargs)
       rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
       finals.append(rows[-1]["eval_accuracy"])
       final_rows.append(rows[-1])
@@ -221,6 +283,21 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
       groups = dict(group_summary(final_rows, group_names), groups={
           g: [c for c, name in sorted(class_groups.items()) if name == g]
           for g in group_names})
+    audit = {}
+    if method in audit_canary_sets:
+      from tff_idp.audit import record_canaries  # pylint: disable=g-import-not-at-top
+      audited = record_canaries.run_record_audit(
+          model_fn, federation.records, plan, num_canaries=audit_canaries,
+          run_seed=seeds[0], output_dir=os.path.join(output_dir, method,
+                                                     f"seed{seeds[0]}-audit"),
+          client_learning_rate=learning_rate, audit_seed=audit_seed, levels=audit_levels,
+          loss_fn=models.per_example_loss(federation.head),
+          example_weight_fn=local_weight_fn, hyperparameters=hyperparameters,
+          evaluate_fn=evaluate, eval_every=eval_every, checkpoint_every=checkpoint_every,
+          progress=progress, **run_kwargs)
+      audit = {"audit": audited.summary_rows(),
+               "audit_accuracy_with_canaries": audited.final_accuracy,
+               "audit_accuracy_without_canaries": finals[0]}
     results.append({
         "method": method, "final_accuracies": finals,
         "mean_accuracy": float(np.mean(finals)), "std_accuracy": float(np.std(finals)),
@@ -236,7 +313,7 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         "mean_budget_used_vs_own": usage("budget_used_mean_vs_own"),
         "mean_budget": float(np.mean(flat_budgets)) if spent is not None else None,
         "calibration": plan.calibration, "history": history,
-        "budget_sample": flat_budgets[:5000].tolist(), **groups})
+        "budget_sample": flat_budgets[:5000].tolist(), **groups, **audit})
   return results
 
 
@@ -246,6 +323,9 @@ def write_summary(results: list[dict], num_seeds: int, output_dir: str,
   ``accuracy.png`` into ``output_dir``; returns the table."""
   import json  # pylint: disable=g-import-not-at-top
   table = format_table(results, num_seeds)
+  audit_table = format_audit_table(results)
+  if audit_table:
+    table += "\n\nEmpirical privacy audit (record-level canaries, first seed):\n\n" + audit_table
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")
