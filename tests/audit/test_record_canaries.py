@@ -321,3 +321,36 @@ def test_audit_separates_without_noise_and_flags_the_broken_noise(tff_runtime, t
   np.testing.assert_array_equal(correct.accountant.spent(), ledger.spent())
   assert correct.final_accuracy is None  # no evaluate_fn given
   assert len(correct.summary_rows()) == 2
+
+
+@pytest.mark.slow
+def test_audit_flags_the_strict_levels_rates_times_8(tff_runtime, tmp_path):
+  """(e) The other broken configuration: the strict level's q ×8 in the mechanism only.
+
+  σ = 2, τ = 5, T = 10, levels (1, 4): the strict level's q ≈ 0.083 becomes
+  0.66 for its real records and canaries, while the ledger keeps 0.083.
+  Flake considerations as above (seeded; over seeds 0-3 the correct run's CI
+  lower end was 0.007-0.013 against a bound of 1, the broken run's 2.5-4.7).
+  """
+  rng = np.random.default_rng(0)
+  x = {f"c{c}": rng.normal(size=(40, E2E_NF)).astype(np.float32) for c in range(2)}
+  y = {f"c{c}": rng.integers(0, 10, 40).astype(np.int32) for c in range(2)}
+  fed = record_level.RecordFederation(x, y)
+  params = TwoStageParams(noise_multiplier=2.0, local_steps=5, rounds=10, client_rate=1.0,
+                          delta=1e-3)
+  plan = make_record_plan("ours", _budgets(fed, (1.0, 4.0)), params, clip_norm=1.0,
+                          estimator="exact")
+  _, _, model_fn = _e2e_setup()
+  common = dict(num_canaries=128, run_seed=0, audit_seed=0, client_learning_rate=1.0,
+                progress=False, insecure_reproducible_noise=True, bootstrap=300)
+  correct = record_canaries.run_record_audit(
+      model_fn, fed, plan, output_dir=str(tmp_path / "correct"), **common)
+  broken = record_canaries.run_record_audit(
+      model_fn, fed, plan, output_dir=str(tmp_path / "broken"), rate_scale={1.0: 8.0},
+      **common)
+  ok, bad = correct.levels[0], broken.levels[0]
+  assert ok["level"] == bad["level"] == 1.0 and ok["bound"] == bad["bound"] <= 1.0 + 1e-9
+  assert bad["mechanism_rate"] == pytest.approx(min(1.0, 8 * ok["rate"]))
+  assert not ok["flagged"] and bad["flagged"]
+  # The loose level's mechanism is unchanged: not flagged either way.
+  assert not correct.levels[1]["flagged"] and not broken.levels[1]["flagged"]
