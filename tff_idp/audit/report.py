@@ -101,34 +101,36 @@ def plot_audit(results: Sequence[dict], path: str, title: str = "") -> bool:
   except ImportError:
     logging.warning("matplotlib missing: no %s", path)
     return False
-  fig, ax = plt.subplots(figsize=(6.5, 5))
-  top = 1.0
+  fig, ax = plt.subplots(figsize=(7, 5))
+  floor = 1e-2  # ε̂ = 0 is drawn at the floor of the log axis
+  x_top, y_top = 1.0, 1.0
   markers = "osD^v<>P*X"
-  for i, r in enumerate(results):
-    rows = [g for g in (r.get("audit") or []) if g["bound"] is not None]
-    if not rows:
-      continue
+  drawn = [r for r in results if any(g["bound"] is not None for g in r.get("audit") or [])]
+  for i, r in enumerate(drawn):
+    rows = [g for g in r["audit"] if g["bound"] is not None]
     x = np.array([g["bound"] for g in rows])
-    y = np.array([min(g["epsilon"], estimator.EPSILON_CAP) for g in rows])
-    lo = np.array([min(g["ci_low"], estimator.EPSILON_CAP) for g in rows])
-    hi = np.array([min(g["ci_high"], estimator.EPSILON_CAP) for g in rows])
-    jitter = (i - len(results) / 2) * 0.03 * max(1.0, x.max())
-    ax.errorbar(x + jitter, y, yerr=[y - lo, hi - y], fmt=markers[i % len(markers)],
+    y, lo, hi = (np.clip([g[k] for g in rows], floor, estimator.EPSILON_CAP)
+                 for k in ("epsilon", "ci_low", "ci_high"))
+    offset = (i - (len(drawn) - 1) / 2) * 0.04 * max(1.0, float(x.max()))
+    ax.errorbar(x + offset, y, yerr=[y - lo, hi - y], fmt=markers[i % len(markers)],
                 capsize=3, label=r["run"])
-    for g, xi, yi in zip(rows, x + jitter, y):
+    for g, xi, yi in zip(rows, x + offset, y):
       if g["flagged"]:
-        ax.annotate("violation", (xi, yi), textcoords="offset points", xytext=(4, 4),
-                    fontsize=8, color="red")
-    top = max(top, float(np.max(hi)), float(np.max(x)))
-  top = min(top * 1.1, estimator.EPSILON_CAP)
-  ax.plot([0, top], [0, top], "k--", lw=1, label="empirical = bound")
-  ax.set_xlim(0, top)
-  ax.set_ylim(0, top)
+        ax.annotate("violation", (xi, yi), textcoords="offset points", xytext=(5, -3),
+                    fontsize=7, color="red")
+    x_top = max(x_top, float(x.max()))
+    y_top = max(y_top, float(hi.max()))
+  x_top *= 1.25
+  line = np.linspace(floor, x_top, 200)
+  ax.plot(line, line, "k--", lw=1, label="empirical = bound")
+  ax.set_yscale("log")
+  ax.set_xlim(0, x_top)
+  ax.set_ylim(floor, y_top * 1.5)
   ax.set_xlabel("ε bound (ledger)")
-  ax.set_ylabel("ε empirical (canary audit, 95% CI)")
+  ax.set_ylabel("ε empirical (canary audit, 95% CI; log scale)")
   ax.set_title(title or "Empirical privacy audit per group")
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=7, loc="upper left")
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
