@@ -51,6 +51,8 @@ from scipy import special
 EPSILON_CAP = 100.0
 """Estimates at or beyond this are reported as ``≥ EPSILON_CAP`` (saturated)."""
 
+RELIABLE_PER_SIDE = 10
+"""Below this many cosines on a side the bootstrap is degenerate: ``few_canaries``."""
 DEFAULT_BOOTSTRAP = 1000
 DEFAULT_CONFIDENCE = 0.95
 _MIN_STD = 1e-12
@@ -198,8 +200,14 @@ class EpsilonEstimate:
       return None
     return self.epsilon / self.bound
 
+  @property
+  def few_canaries(self) -> bool:
+    """Fewer than ``RELIABLE_PER_SIDE`` cosines on a side: read neither ε̂ nor its CI."""
+    return min(self.num_held_out, self.num_inserted) < RELIABLE_PER_SIDE
+
   def to_dict(self) -> dict:
-    return dict(dataclasses.asdict(self), flagged=self.flagged, tightness=self.tightness)
+    return dict(dataclasses.asdict(self), flagged=self.flagged, tightness=self.tightness,
+                few_canaries=self.few_canaries)
 
   def format(self) -> str:
     """'0.42 [0.10, 0.81]' or '≥ 100 (saturated)'."""

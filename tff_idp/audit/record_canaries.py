@@ -56,7 +56,7 @@ from tff_idp.audit import estimator
 
 MIN_PER_LEVEL = 4
 """Canaries per level at least: 2 inserted and 2 held out (a Gaussian fit each)."""
-RELIABLE_PER_SIDE = 10
+RELIABLE_PER_SIDE = estimator.RELIABLE_PER_SIDE
 """Fewer inserted or held-out canaries than this in a level: its estimate is
 marked ``few_canaries`` (a bootstrap over a handful of cosines is degenerate:
 resamples with all-equal values give a zero std, so the CI, and ``flagged``,

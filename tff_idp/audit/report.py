@@ -52,11 +52,12 @@ def verdict(row: dict) -> str:
   """'VIOLATION' (CI above the bound), 'above bound, within CI', 'within bound' or '—'."""
   if row.get("bound") is None:
     return "—"
+  caveat = " (few canaries: unreliable)" if row.get("few_canaries") else ""
   if row["flagged"]:
-    return "VIOLATION"
+    return "VIOLATION" + caveat
   if row["epsilon"] > row["bound"]:
-    return "above bound, within CI"
-  return "within bound"
+    return "above bound, within CI" + caveat
+  return "within bound" + caveat
 
 
 def _eps(v: float) -> str:
