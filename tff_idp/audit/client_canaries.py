@@ -203,11 +203,7 @@ def build_canary_client_work(inner: tff.learning.templates.ClientWorkProcess
   ``CANARY_NORM`` and its weight by ``CANARY_WEIGHT_OFFSET + s_p``, which the
   aggregator reads as "canary of clip scale s_p".
   """
-  state_type, weights_type, data_type = inner.next.type_signature.parameter
   canary_type = tff.SequenceType(CANARY_ELEMENT_TYPE)
-  client_data_type = tff.FederatedType(
-      tff.StructWithPythonType([("data", data_type.member), ("canary", canary_type)],
-                               collections.OrderedDict), tff.CLIENTS)
   result_type = inner.next.type_signature.result.result.member
   update_specs = tf.nest.flatten(tff.types.type_to_tf_tensor_specs(result_type.update))
 
@@ -230,32 +226,11 @@ def build_canary_client_work(inner: tff.learning.templates.ClientWorkProcess
                       tf.cast(result.update_weight, tf.float32))
     return tff.learning.templates.ClientResult(update=update, update_weight=weight)
 
-  @tff.federated_computation(state_type, weights_type, client_data_type)
-  def next_fn(state, weights, client_data):
-    output = inner.next(state, weights, client_data.data)
-    result = tff.federated_map(apply_canary, (output.result, client_data.canary))
-    return tff.templates.MeasuredProcessOutput(output.state, result, output.measurements)
-
-  return tff.learning.templates.ClientWorkProcess(
-      inner.initialize, next_fn, get_hparams_fn=inner.get_hparams,
-      set_hparams_fn=inner.set_hparams)
+  from tff_idp.training import process  # pylint: disable=g-import-not-at-top
+  return process.map_client_results(inner, "canary", canary_type, apply_canary)
 
 
-def model_delta(process: Any, state: Any) -> list[np.ndarray]:
-  """θ₀ − θ_T of a run (TFF's update convention), over the trainable weights.
-
-  θ₀ comes from ``process.initialize()``, so model initialisation must be
-  deterministic (seeded initialisers, as ``tff_idp.models`` builds them);
-  two initialisations that differ raise ValueError.
-  """
-  first = process.get_model_weights(process.initialize()).trainable
-  second = process.get_model_weights(process.initialize()).trainable
-  if any(not np.array_equal(a, b) for a, b in zip(first, second)):
-    raise ValueError("process.initialize() gives different model weights each call: the "
-                     "audit needs θ₀, so seed the model's initialisers.")
-  final = process.get_model_weights(state).trainable
-  return [np.asarray(a, np.float64) - np.asarray(b, np.float64)
-          for a, b in zip(first, final)]
+model_delta = directions.model_delta
 
 
 def canary_cosines_of_run(process: Any, state: Any, plan: CanaryPlan) -> np.ndarray:

@@ -18,7 +18,7 @@ randomness: knowing them reveals nothing about real clients.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -76,3 +76,20 @@ def canary_cosines(model_delta: Sequence, seeds: np.ndarray) -> np.ndarray:
 
   seeds = np.asarray(seeds, np.int64).reshape(-1, 2)
   return np.array([float(dot(tf.constant(s))) / norm for s in seeds], np.float64)
+
+
+def model_delta(process: Any, state: Any) -> list[np.ndarray]:
+  """θ₀ − θ_T of a run (TFF's update convention), over the trainable weights.
+
+  θ₀ comes from ``process.initialize()``, so model initialisation must be
+  deterministic (seeded initialisers, as ``tff_idp.models`` builds them);
+  two initialisations that differ raise ValueError.
+  """
+  first = process.get_model_weights(process.initialize()).trainable
+  second = process.get_model_weights(process.initialize()).trainable
+  if any(not np.array_equal(a, b) for a, b in zip(first, second)):
+    raise ValueError("process.initialize() gives different model weights each call: the "
+                     "audit needs θ₀, so seed the model's initialisers.")
+  final = process.get_model_weights(state).trainable
+  return [np.asarray(a, np.float64) - np.asarray(b, np.float64)
+          for a, b in zip(first, final)]

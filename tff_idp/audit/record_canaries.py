@@ -426,14 +426,7 @@ def run_record_audit(model_fn: Callable[[], Any], federation: Any, plan: RecordP
       process, federation, plan, run_seed, output_dir, hyperparameters=hyper,
       canaries=canaries, **run_kwargs)
   # θ_0: the process's initial weights, which the driver also started from.
-  initial = process.get_model_weights(process.initialize()).trainable
-  again = process.get_model_weights(process.initialize()).trainable
-  if any(not np.array_equal(a, b) for a, b in zip(initial, again)):
-    raise ValueError("the model's initial weights differ between initializations: seed "
-                     "the Keras builder's initializers so that θ_0 − θ_T can be measured.")
-  final = process.get_model_weights(state).trainable
-  delta = [np.asarray(a, np.float32) - np.asarray(b, np.float32)
-           for a, b in zip(initial, final)]
+  delta = directions.model_delta(process, state)
   rounds_done = accountant.rounds_done if accountant is not None else plan.params.rounds
   results = audit_levels(canaries, delta, plan, rounds_done, confidence=confidence,
                          bootstrap=bootstrap, seed=audit_seed)

@@ -28,6 +28,31 @@ from tff_idp.aggregators import AdaptiveClipDPMeanFactory
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
 
+def map_client_results(inner: tff.learning.templates.ClientWorkProcess, side_name: str,
+                       side_type, result_fn) -> tff.learning.templates.ClientWorkProcess:
+  """A client work whose result is ``result_fn(inner result, side input)``, per client.
+
+  The client data becomes ``OrderedDict(data=<inner's data>, <side_name>=<side_type>)``;
+  ``result_fn`` is a ``tff.tensorflow.computation`` of (the inner
+  ``ClientResult``, the side input) returning a ``ClientResult``. Shared by
+  SCALE's clip-scale weight and the audit's canary clients.
+  """
+  state_type, weights_type, data_type = inner.next.type_signature.parameter
+  client_data_type = tff.FederatedType(
+      tff.StructWithPythonType([("data", data_type.member), (side_name, side_type)],
+                               collections.OrderedDict), tff.CLIENTS)
+
+  @tff.federated_computation(state_type, weights_type, client_data_type)
+  def next_fn(state, weights, client_data):
+    output = inner.next(state, weights, client_data.data)
+    result = tff.federated_map(result_fn, (output.result, client_data[side_name]))
+    return tff.templates.MeasuredProcessOutput(output.state, result, output.measurements)
+
+  return tff.learning.templates.ClientWorkProcess(
+      inner.initialize, next_fn, get_hparams_fn=inner.get_hparams,
+      set_hparams_fn=inner.set_hparams)
+
+
 def build_scaled_client_work(model_fn: ModelFn,
                              client_optimizer: tff.learning.optimizers.Optimizer
                              ) -> tff.learning.templates.ClientWorkProcess:
@@ -39,12 +64,6 @@ def build_scaled_client_work(model_fn: ModelFn,
   """
   inner = tff.learning.templates.build_model_delta_client_work(
       model_fn, client_optimizer, tff.learning.ClientWeighting.UNIFORM)
-  state_type, weights_type, data_type = inner.next.type_signature.parameter
-  client_data_type = tff.FederatedType(
-      tff.StructWithPythonType(
-          [("data", data_type.member), ("clip_scale", tff.SequenceType(np.float32))],
-          collections.OrderedDict),
-      tff.CLIENTS)
   result_type = inner.next.type_signature.result.result.member
 
   @tff.tensorflow.computation(result_type, tff.SequenceType(np.float32))
@@ -54,15 +73,8 @@ def build_scaled_client_work(model_fn: ModelFn,
     return tff.learning.templates.ClientResult(
         update=result.update, update_weight=scale)
 
-  @tff.federated_computation(state_type, weights_type, client_data_type)
-  def next_fn(state, weights, client_data):
-    output = inner.next(state, weights, client_data.data)
-    result = tff.federated_map(with_clip_scale, (output.result, client_data.clip_scale))
-    return tff.templates.MeasuredProcessOutput(output.state, result, output.measurements)
-
-  return tff.learning.templates.ClientWorkProcess(
-      inner.initialize, next_fn, get_hparams_fn=inner.get_hparams,
-      set_hparams_fn=inner.set_hparams)
+  return map_client_results(inner, "clip_scale", tff.SequenceType(np.float32),
+                            with_clip_scale)
 
 
 def scaled_client_data(dataset: tf.data.Dataset, clip_scale: float
