@@ -46,6 +46,7 @@ import tensorflow as tf  # noqa: F401  (imported before absl.app.run, see README
 
 from datasets import synthetic
 from experiments import common
+from experiments import privacy_flags
 from tff_idp import cli
 from tff_idp import models
 from tff_idp import runtime
@@ -81,6 +82,8 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/audit", "Where runs and th
 _RESTART = flags.DEFINE_bool("restart", False, "Discard earlier checkpoints and metrics.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Progress bars.")
 
+privacy_flags.define(release_only=False)
+
 BUDGETS = (1.0, 2.0, 3.0)
 RATIOS = (0.34, 0.43, 0.23)
 
@@ -95,7 +98,7 @@ def _config(spec: str, output_dir: str, canaries: int) -> common.TrainingConfig:
       output_dir=output_dir, eval_every=_ROUNDS.value, checkpoint_every=10,
       progress=_PROGRESS.value, clipped_count_stddev=_CLIPPED_COUNT_STDDEV.value,
       initial_clip=1.0, restart=_RESTART.value, audit_canaries=canaries,
-      audit_seed=_AUDIT_SEED.value)
+      audit_seed=_AUDIT_SEED.value, insecure_reproducible_noise=privacy_flags.insecure())
 
 
 def plan_runs(control_names) -> list[tuple[str, str, int, Optional[controls.Miscalibration]]]:
@@ -149,6 +152,7 @@ def main(argv):
   absl_logging.set_verbosity(absl_logging.WARNING)
   names = [n for n in _CONTROLS.value if n]
   _check_controls(names)
+  privacy_flags.announce()
   output_dir = cli.prepare_output_dir(_OUTPUT_DIR.value)
   data_config = synthetic.SyntheticConfig(num_clients=_NUM_CLIENTS.value, iid=True, seed=0)
   train, _, central_test = synthetic.load_synthetic(data_config)
@@ -183,6 +187,9 @@ def main(argv):
     print(f"error: {e}", file=sys.stderr)
     return 2
   table = summarize(rows)
+  if privacy_flags.insecure():
+    from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL  # pylint: disable=g-import-not-at-top
+    table = f"**{NOT_PRIVATE_LABEL}** (--insecure_reproducible_noise)\n\n{table}"
   print()
   print(table)
   with open(os.path.join(output_dir, "summary.md"), "w") as f:

@@ -23,9 +23,11 @@ def _run(module, args, tmp_path, timeout=600):
 def test_audit_experiment_prints_table_plot_and_labels_broken_controls(tmp_path):
   proc = _run("experiments.audit",
               ["--rounds=2", "--audit_canaries=12", "--controls=q8", "--noutility_baseline",
-               "--hidden=8", "--num_clients=40", "--clients_per_round=8"], tmp_path)
+               "--hidden=8", "--num_clients=40", "--clients_per_round=8",
+               "--insecure_reproducible_noise"], tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
   out = proc.stdout
+  assert "NOT PRIVATE" in out and "NOT PRIVATE" in proc.stderr  # labelled debug mode
   assert "| uniform strict (100-0-0) | eps1 |" in out
   for group in ("eps1", "eps2", "eps3"):
     assert f"| 34-43-23 | {group} |" in out

@@ -108,3 +108,15 @@ def test_gaussian_pair_method_sees_variance_differences():
   gdp = estimator.estimate_epsilon(null, ins, 1e-4, method="gdp", bootstrap=200)
   pair = estimator.estimate_epsilon(null, ins, 1e-4, method="gaussian_pair", bootstrap=200)
   assert gdp.epsilon < 0.3 < pair.epsilon
+
+
+def test_plot_accepts_intervals_that_exclude_the_point(tmp_path):
+  """A percentile CI may lie above ε̂ (e.g. ε̂ = 0): the plot must still draw it."""
+  from tff_idp.audit import report  # pylint: disable=g-import-not-at-top
+  row = dict(group="eps1", epsilon=0.0, ci_low=0.2, ci_high=1.5, bound=1.0, flagged=False,
+             confidence=0.95, method="gdp", tightness=0.0, num_inserted=20, num_held_out=20)
+  high = dict(row, group="eps2", epsilon=3.0, ci_low=3.2, ci_high=4.0, bound=2.0, flagged=True)
+  path = tmp_path / "audit.png"
+  assert report.plot_audit([{"run": "r", "audit": [row, high]}], str(path))
+  assert path.stat().st_size > 1000
+  assert "VIOLATION" in report.format_audit_table([{"run": "r", "audit": [row, high]}])

@@ -113,7 +113,10 @@ def plot_audit(results: Sequence[dict], path: str, title: str = "") -> bool:
     y, lo, hi = (np.clip([g[k] for g in rows], floor, estimator.EPSILON_CAP)
                  for k in ("epsilon", "ci_low", "ci_high"))
     offset = (i - (len(drawn) - 1) / 2) * 0.04 * max(1.0, float(x.max()))
-    ax.errorbar(x + offset, y, yerr=[y - lo, hi - y], fmt=markers[i % len(markers)],
+    # A percentile interval need not contain the point estimate (and ε̂ = 0 is
+    # drawn at the floor): bars never extend below 0.
+    yerr = [np.maximum(y - lo, 0.0), np.maximum(hi - y, 0.0)]
+    ax.errorbar(x + offset, y, yerr=yerr, fmt=markers[i % len(markers)],
                 capsize=3, label=r["run"])
     for g, xi, yi in zip(rows, x + offset, y):
       if g["flagged"]:
