@@ -132,9 +132,12 @@ def summarize(rows: list[dict]) -> str:
   with_canaries = next((r for r in rows if r["run"] == "34-43-23"), None)
   if base and with_canaries:
     diff = 100 * (with_canaries["mean_accuracy"] - base["mean_accuracy"])
+    why = ("identical noise and real cohorts under --insecure_reproducible_noise, so this "
+           "is the canaries' effect alone" if privacy_flags.insecure() else
+           "same seeds; noise and sampling are fresh per run, so part of it is run-to-run "
+           "noise: --insecure_reproducible_noise pairs them exactly")
     lines += ["", f"utility effect of the canaries on 34-43-23: {diff:+.2f} accuracy points "
-              f"(same seeds; noise and sampling are fresh per run, so part of it is "
-              "run-to-run noise)."]
+              f"({why})."]
   correct = [g for r in rows if not r.get("broken_control") for g in r.get("audit") or []]
   broken = [r for r in rows if r.get("broken_control")]
   ok = all(g["epsilon"] <= g["bound"] for g in correct if g["bound"] is not None)
