@@ -101,6 +101,11 @@ def _config(spec: str, output_dir: str, canaries: int) -> common.TrainingConfig:
       audit_seed=_AUDIT_SEED.value, insecure_reproducible_noise=privacy_flags.insecure())
 
 
+def _run_dir(output_dir: str, label: str) -> str:
+  """One run's directory: its label with spaces, slashes and commas made path-safe."""
+  return os.path.join(output_dir, label.replace(" ", "_").replace("/", "÷").replace(",", ""))
+
+
 def plan_runs(control_names) -> list[tuple[str, str, int, Optional[controls.Miscalibration]]]:
   """(label, run spec, canaries, miscalibration) of every run, in table order."""
   k = _CANARIES.value
@@ -173,14 +178,11 @@ def main(argv):
   rows = []
   try:
     for label, spec, canaries, miscal in runs:
-      config = _config(spec, os.path.join(output_dir, label.replace(" ", "_")
-                                          .replace("/", "÷").replace(",", "")), canaries)
-      common.validate(config, len(train.client_ids))
+      common.validate(_config(spec, _run_dir(output_dir, label), canaries),
+                      len(train.client_ids))
     with runtime.execution_context():
       for label, spec, canaries, miscal in runs:
-        sub = os.path.join(output_dir, label.replace(" ", "_").replace("/", "÷")
-                           .replace(",", ""))
-        config = _config(spec, sub, canaries)
+        config = _config(spec, _run_dir(output_dir, label), canaries)
         print(f"\n{label}{' — ' + controls.BROKEN_LABEL if miscal else ''}")
         result = common.run_all(config, train, model_fn, keras_builder, test_x, test_y,
                                 miscalibration=miscal)[0]
