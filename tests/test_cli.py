@@ -194,7 +194,8 @@ def test_verbose_brings_tensorflow_logs_back():
 
 @pytest.mark.slow
 def test_short_run_is_quiet_and_sigint_ends_in_one_line(tmp_path):
-  """A real run prints no TensorFlow log line; Ctrl-C gives one line and exit 130."""
+  """A real run prints no TensorFlow log line; SIGUSR1 prints stacks and the run goes
+  on; Ctrl-C then gives one line and exit 130."""
   out = tmp_path / "run"
   proc = subprocess.Popen(
       [sys.executable, "-m", "experiments.idp_fedavg", "--runs=nonprivate", "--seeds=0",
@@ -209,13 +210,23 @@ def test_short_run_is_quiet_and_sigint_ends_in_one_line(tmp_path):
         break
       time.sleep(0.5)
     assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGUSR1)  # prints stacks; the run goes on
+    time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    try:
+      stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+      proc.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack
+      time.sleep(3)
+      proc.kill()
+      stdout, stderr = proc.communicate(timeout=30)
+      pytest.fail(f"no exit 60 s after SIGINT; stacks:\n{stderr[-6000:]}")
   finally:
     if proc.poll() is None:
       proc.kill()
   assert proc.returncode == 130, stderr[-3000:]
   assert stderr.strip().splitlines()[-1] == cli.INTERRUPTED, stderr[-3000:]
   assert "Traceback" not in stderr, stderr[-3000:]
+  assert "most recent call first" in stderr, stderr[-3000:]  # the SIGUSR1 stacks
   assert not TF_LOG_LINE.search(stdout + stderr), (stdout + stderr)[-3000:]
   assert "Starting new session" not in stderr

@@ -29,6 +29,15 @@ CHILD = textwrap.dedent("""
     if mode == "wait":
       print("READY", flush=True)
       time.sleep(120)
+    if mode == "kill_worker":
+      import os, signal
+      os.kill(rt.worker_pid, signal.SIGKILL)
+      try:
+        total([1.0, 2.0, 3.0])
+      except runtime.WorkerDiedError as e:
+        print("DIED", e, flush=True)
+        sys.exit(3)
+      print("NO ERROR", flush=True)
 """)
 
 
@@ -92,6 +101,50 @@ def test_worker_ends_when_run_is_signalled(sig):
       proc.kill()
   assert proc.returncode != 0
   assert _wait_dead(pid), f"worker_binary {pid} outlived a {sig.name}"
+
+
+def test_worker_that_dies_mid_run_is_an_error_not_a_hang():
+  """A killed worker is named in a WorkerDiedError; TFF's retries do not spin forever."""
+  proc = _start("kill_worker")
+  try:
+    pid = _read_worker_pid(proc)
+    out, _ = proc.communicate(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 3, out
+  assert f"pid {pid}" in out and "exited with code -9" in out, out
+
+
+def test_worker_is_launched_without_python_in_a_forked_child(monkeypatch):
+  """The worker's command is the launcher + worker argv; Popen gets no preexec_fn."""
+  from tff_idp import runtime
+  worker = runtime.worker_binary_path()  # imports TFF before Popen is faked
+  calls = []
+
+  class FakePopen:
+    def __init__(self, args, **kwargs):
+      calls.append((args, kwargs))
+      raise OSError("stop here")
+
+  monkeypatch.setattr(runtime.subprocess, "Popen", FakePopen)
+  rt = runtime.ExecutionRuntime(install_signal_handlers=False, worker_allocator=None)
+  with pytest.raises(OSError, match="stop here"):
+    rt._start_worker()  # pylint: disable=protected-access
+  (args, kwargs), = calls
+  assert kwargs.get("preexec_fn") is None
+  assert args[:4] == [sys.executable, "-I", "-S", "-c"]
+  assert args[5] == str(os.getpid()) and args[6] == worker
+
+
+def test_launcher_sets_parent_death_signal(tmp_path):
+  """The launcher execs its target (same PID) with PR_SET_PDEATHSIG = SIGKILL."""
+  from tff_idp import runtime
+  probe = ("import ctypes, signal; v = ctypes.c_int(); "
+           "ctypes.CDLL(None).prctl(2, ctypes.byref(v), 0, 0, 0); print(v.value)")
+  out = subprocess.run(runtime._launch_command([sys.executable, "-c", probe]),  # pylint: disable=protected-access
+                       capture_output=True, text=True, timeout=60, check=True).stdout
+  assert int(out) == signal.SIGKILL
 
 
 def test_closed_runtime_restores_previous_context_and_is_idempotent(tff_runtime):

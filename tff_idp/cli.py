@@ -7,6 +7,8 @@
   ``interrupted; resume with the same command`` (status 130) on SIGINT and
   ``terminated; ...`` (143) on SIGTERM instead of a traceback, and releases
   the output-directory lock. ``--verbose`` also prints the traceback.
+  ``kill -USR1 <pid>`` prints every thread's stack to stderr (for a run
+  that seems stuck) and the run goes on.
 * :func:`prepare_output_dir` creates the output directory, checks it is
   writable, and takes an exclusive lock on it for the life of the run, so
   a bad ``--output_dir`` fails in a second, before calibration or a worker
@@ -21,6 +23,7 @@ still be finite (floats) and non-negative (integers).
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import fcntl
 import functools
 import math
@@ -312,6 +315,11 @@ def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
 
   @functools.wraps(main)
   def wrapped(argv) -> int:
+    if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+      try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+      except (OSError, ValueError):
+        pass  # stderr is not a real file (e.g. captured): no stack dumps
     previous = None
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
       previous = signal.signal(signal.SIGTERM, _on_sigterm)

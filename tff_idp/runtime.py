@@ -9,10 +9,15 @@ starts the worker itself and guarantees it ends with the run:
 * the worker gets its own stdin/stdout/stderr (``/dev/null`` or a log file),
   so it never holds the parent's pipes;
 * ``PR_SET_PDEATHSIG`` asks Linux to SIGKILL it if the Python process dies,
-  even by SIGKILL;
+  even by SIGKILL (set by a single-threaded launcher that then execs the
+  worker, never by Python code in a child forked from this threaded process);
 * ``close()`` runs on normal exit (context manager and ``atexit``), on
   exceptions, and on SIGINT/SIGTERM (handlers chain to the previous ones).
   It ends only the process this runtime started, by PID.
+* a worker that exits mid-run raises :class:`WorkerDiedError` within
+  ``_WATCHDOG_POLL_S`` instead of being restarted or retried forever, and a
+  waiting computation wakes every ``_WATCHDOG_POLL_S`` so SIGINT/SIGTERM are
+  handled at once.
 
 Devices: ``device="cpu"`` hides GPUs from the worker. ``device="gpu"`` exposes
 the chosen GPUs (``gpu_ids``) with memory growth on; the worker binary places
@@ -30,13 +35,15 @@ not held for the rest of the run.
 """
 from __future__ import annotations
 
+import asyncio
 import atexit
+import concurrent.futures
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import subprocess
+import sys
 import sysconfig
 import threading
 import time
@@ -48,6 +55,8 @@ import portpicker
 
 _PR_SET_PDEATHSIG = 1
 _STARTUP_TIMEOUT_S = 60.0
+_SIGNAL_LOCK_TIMEOUT_S = 5.0
+_WATCHDOG_POLL_S = 0.2
 _GRPC_OPTIONS = [
     ("grpc.max_message_length", 2 * 1000 * 1000 * 1000),
     ("grpc.max_receive_message_length", 2 * 1000 * 1000 * 1000),
@@ -61,13 +70,31 @@ def worker_binary_path() -> str:
                       "worker_binary")
 
 
-def _die_with_parent() -> None:
-  """Runs in the child before exec: SIGKILL me when my parent dies."""
-  try:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-  except OSError:
+# The worker is started through a tiny, single-threaded Python launcher that
+# sets PR_SET_PDEATHSIG and then execs the worker binary (same PID). Setting it
+# in a ``preexec_fn`` instead would run Python code in a child forked from a
+# process with TensorFlow and gRPC threads, which can deadlock before exec
+# (the child inherits locks held by other threads, e.g. the dynamic loader's),
+# leaving ``Popen`` blocked forever.
+_LAUNCHER = """\
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+except (OSError, AttributeError):
     pass
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(70)  # the parent died before PR_SET_PDEATHSIG took hold
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def _launch_command(argv: Sequence[str]) -> list[str]:
+  """``argv`` run via the launcher: the worker dies with this process (SIGKILL)."""
+  return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *argv]
+
+
+class WorkerDiedError(RuntimeError):
+  """The TFF worker process exited while the run still needed it."""
 
 
 # Allocators for the worker, best first. With glibc's malloc the worker's RSS
@@ -170,6 +197,41 @@ def _close_quietly(executor) -> None:
     pass  # the worker may already be gone; nothing left to free
 
 
+def _watched_sync_context_class(sync_execution_context):
+  """TFF's ``SyncExecutionContext`` whose ``invoke`` cannot wait forever.
+
+  The stock ``invoke`` blocks the calling thread in ``future.result()`` with no
+  timeout, and TFF retries a computation on "retryable" gRPC errors without
+  limit, so a worker that dies mid-round hangs the run, and a signal that the
+  kernel delivers to another thread is not handled until the round ends.
+  Here the caller wakes every ``_WATCHDOG_POLL_S`` seconds, which runs pending
+  signal handlers, and calls ``watchdog`` (raising if the worker is gone, which
+  cancels the computation).
+  """
+
+  class WatchedSyncExecutionContext(sync_execution_context.SyncExecutionContext):
+
+    def __init__(self, watchdog, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      self._watchdog = watchdog
+
+    def invoke(self, comp, arg):
+      future = asyncio.run_coroutine_threadsafe(
+          self._async_context.invoke(comp, arg),
+          self._async_runner._event_loop)  # pylint: disable=protected-access
+      try:
+        while True:
+          done, _ = concurrent.futures.wait([future], timeout=_WATCHDOG_POLL_S)
+          if done:
+            return future.result()
+          self._watchdog()
+      except BaseException:
+        future.cancel()
+        raise
+
+  return WatchedSyncExecutionContext
+
+
 class ExecutionRuntime:
   """Owns a TFF C++ execution context and its ``worker_binary`` process.
 
@@ -261,10 +323,11 @@ class ExecutionRuntime:
     else:
       out = subprocess.DEVNULL
     self._process = subprocess.Popen(  # pylint: disable=consider-using-with
-        [path, f"--port={self._port}",
-         f"--max_concurrent_computation_calls={self.max_concurrent_computation_calls}"],
+        _launch_command([
+            path, f"--port={self._port}",
+            f"--max_concurrent_computation_calls={self.max_concurrent_computation_calls}"]),
         stdin=subprocess.DEVNULL, stdout=out, stderr=out, close_fds=True,
-        env=self._worker_env(), preexec_fn=_die_with_parent)
+        env=self._worker_env())
     channel = grpc.insecure_channel(f"localhost:{self._port}", _GRPC_OPTIONS)
     self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
     deadline = time.monotonic() + _STARTUP_TIMEOUT_S
@@ -280,13 +343,28 @@ class ExecutionRuntime:
       time.sleep(0.1)
 
   def _get_stub(self):
+    """The worker's stub. A worker that exited is an error, never restarted.
+
+    Restarting silently would lose the state of executors in use and re-run
+    work; a channel that is merely not READY reconnects by itself.
+    """
     with self._lock:
       if self._closed:
         raise RuntimeError("this ExecutionRuntime is closed.")
-      if self._stub is None or not self._stub.is_ready:
-        self._stop_worker()
-        self._start_worker()
+      self.check_worker()
       return self._stub
+
+  def check_worker(self) -> None:
+    """Raises :class:`WorkerDiedError` if the worker process is gone."""
+    proc = self._process
+    if proc is None or self._stub is None:
+      raise WorkerDiedError("the TFF worker is not running (runtime not started or closed).")
+    code = proc.poll()
+    if code is not None:
+      raise WorkerDiedError(
+          f"the TFF worker_binary (pid {proc.pid}) exited with code {code} "
+          f"mid-run{'; see ' + self.log_path if self.log_path else ''}. "
+          "Rerun the same command to resume from the last checkpoint.")
 
   def _stop_worker(self, timeout_s: float = 10.0) -> None:
     proc, self._process, self._stub = self._process, None, None
@@ -336,7 +414,8 @@ class ExecutionRuntime:
       # benchmarks/bench_cohort_variation.py).
       factory._executors = _ClosingLRUCache(  # pylint: disable=protected-access
           self.executor_cache_size, self.executor_idle_calls)
-      context = sync_execution_context.SyncExecutionContext(
+      context = _watched_sync_context_class(sync_execution_context)(
+          self.check_worker,
           executor_fn=factory,
           compiler_fn=compiler.desugar_and_transform_to_native,
           transform_args=tensorflow_computation.transform_args,
@@ -353,7 +432,9 @@ class ExecutionRuntime:
     return self
 
   def _on_signal(self, signum, frame):
-    self.close()
+    # Never block the handler on a lock another thread may hold: after a
+    # few seconds the worker is stopped by PID regardless.
+    self.close(lock_timeout_s=_SIGNAL_LOCK_TIMEOUT_S)
     previous = self._previous_handlers.get(signum)
     if callable(previous):
       previous(signum, frame)
@@ -362,9 +443,15 @@ class ExecutionRuntime:
     else:
       raise SystemExit(128 + signum)
 
-  def close(self) -> None:
-    """Stops the worker (by PID) and restores the previous TFF context. Idempotent."""
-    with self._lock:
+  def close(self, lock_timeout_s: float = -1) -> None:
+    """Stops the worker (by PID) and restores the previous TFF context. Idempotent.
+
+    Args:
+      lock_timeout_s: wait at most this long for another thread's use of the
+        runtime to finish (-1: as long as it takes); past it, close anyway.
+    """
+    acquired = self._lock.acquire(timeout=lock_timeout_s)
+    try:
       if self._closed:
         return
       self._closed = True
@@ -378,6 +465,9 @@ class ExecutionRuntime:
           if signal.getsignal(sig) == self._on_signal:
             signal.signal(sig, handler)
       self._previous_handlers.clear()
+    finally:
+      if acquired:
+        self._lock.release()
     atexit.unregister(self.close)
 
   def __enter__(self) -> "ExecutionRuntime":
