@@ -35,9 +35,7 @@ not held for the rest of the run.
 """
 from __future__ import annotations
 
-import asyncio
 import atexit
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -47,11 +45,13 @@ import sys
 import sysconfig
 import threading
 import time
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 import cachetools
 import grpc
 import portpicker
+
+from tff_idp import fleet
 
 _PR_SET_PDEATHSIG = 1
 _STARTUP_TIMEOUT_S = 60.0
@@ -197,41 +197,6 @@ def _close_quietly(executor) -> None:
     pass  # the worker may already be gone; nothing left to free
 
 
-def _watched_sync_context_class(sync_execution_context):
-  """TFF's ``SyncExecutionContext`` whose ``invoke`` cannot wait forever.
-
-  The stock ``invoke`` blocks the calling thread in ``future.result()`` with no
-  timeout, and TFF retries a computation on "retryable" gRPC errors without
-  limit, so a worker that dies mid-round hangs the run, and a signal that the
-  kernel delivers to another thread is not handled until the round ends.
-  Here the caller wakes every ``_WATCHDOG_POLL_S`` seconds, which runs pending
-  signal handlers, and calls ``watchdog`` (raising if the worker is gone, which
-  cancels the computation).
-  """
-
-  class WatchedSyncExecutionContext(sync_execution_context.SyncExecutionContext):
-
-    def __init__(self, watchdog, *args, **kwargs):
-      super().__init__(*args, **kwargs)
-      self._watchdog = watchdog
-
-    def invoke(self, comp, arg):
-      future = asyncio.run_coroutine_threadsafe(
-          self._async_context.invoke(comp, arg),
-          self._async_runner._event_loop)  # pylint: disable=protected-access
-      try:
-        while True:
-          done, _ = concurrent.futures.wait([future], timeout=_WATCHDOG_POLL_S)
-          if done:
-            return future.result()
-          self._watchdog()
-      except BaseException:
-        future.cancel()
-        raise
-
-  return WatchedSyncExecutionContext
-
-
 class ExecutionRuntime:
   """Owns a TFF C++ execution context and its ``worker_binary`` process.
 
@@ -249,6 +214,15 @@ class ExecutionRuntime:
       (unless already set). 1 also keeps it flat, but rounds get ~20-35%
       slower on a 2-core machine.
     worker_env: extra environment variables for the worker (applied last).
+    workers: ``["host:port", ...]`` of running TFF workers (``python -m
+      tff_idp.worker``): no local worker is started; computations run on
+      TFF's mergeable-comp context over the fleet (see :mod:`tff_idp.fleet`).
+      None (default): one local worker, started and owned here.
+    worker_retries: fleet only: how many times a computation that fails on a
+      worker is rerun on the workers left (0: fail at once).
+    connect_timeout_s: fleet only: every worker must answer within this.
+    rpc_timeout_s: fleet only: deadline of every gRPC call to a worker.
+    tls: fleet only: :class:`tff_idp.fleet.TlsConfig` for TLS channels.
   """
 
   def __init__(self, device: str = "cpu", gpu_ids: Optional[Sequence[int]] = None,
@@ -259,7 +233,12 @@ class ExecutionRuntime:
                executor_idle_calls: Optional[int] = 100,
                worker_allocator: Optional[str] = "auto",
                malloc_arena_max: Optional[int] = None,
-               worker_env: Optional[Mapping[str, str]] = None):
+               worker_env: Optional[Mapping[str, str]] = None,
+               workers: Optional[Sequence[str]] = None,
+               worker_retries: int = 0,
+               connect_timeout_s: float = fleet.DEFAULT_CONNECT_TIMEOUT_S,
+               rpc_timeout_s: float = fleet.DEFAULT_RPC_TIMEOUT_S,
+               tls: Optional[fleet.TlsConfig] = None):
     if device not in ("cpu", "gpu"):
       raise ValueError(f"device={device!r} must be 'cpu' or 'gpu'.")
     self.device = device
@@ -278,6 +257,23 @@ class ExecutionRuntime:
     self.worker_allocator = worker_allocator
     self.worker_allocator_path = _resolve_allocator(worker_allocator)
     self.worker_env = dict(worker_env or {})
+    self.workers = fleet.parse_addresses(workers) if workers is not None else None
+    if worker_retries < 0:
+      raise ValueError("worker_retries must be >= 0.")
+    if worker_retries and self.workers is None:
+      raise ValueError("worker_retries needs a fleet (workers=[...]).")
+    if tls is not None and self.workers is None:
+      raise ValueError("TLS applies to remote workers only; give workers=[...].")
+    for name, value in (("connect_timeout_s", connect_timeout_s),
+                        ("rpc_timeout_s", rpc_timeout_s)):
+      if not value > 0:
+        raise ValueError(f"{name}={value} must be > 0 seconds.")
+    self.worker_retries = int(worker_retries)
+    self.connect_timeout_s = float(connect_timeout_s)
+    self.rpc_timeout_s = float(rpc_timeout_s)
+    self.tls = tls
+    self.context = None
+    self._channels: dict = {}
     self._install_signal_handlers = install_signal_handlers
     self._process: Optional[subprocess.Popen] = None
     self._port: Optional[int] = None
@@ -382,44 +378,89 @@ class ExecutionRuntime:
       self._log_file = None
 
   # ----------------------------------------------------------------- context
-  def start(self) -> "ExecutionRuntime":
-    """Starts the worker and installs this runtime as TFF's default context."""
+  def _executor_factory(self, get_stub: Callable[[], object]):
+    """TFF's executor factory over one worker, with the closing LRU cache."""
     # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.core.backends.native import compiler
-    from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
-    from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-    from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
     from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
     from tensorflow_federated.python.core.impl.executors import remote_executor
     from tensorflow_federated.python.core.impl.types import placements
     # pylint: enable=g-import-not-at-top
-    with self._lock:
-      if self._closed:
-        raise RuntimeError("an ExecutionRuntime cannot be restarted; make a new one.")
-      self._start_worker()
 
-      def stack_fn(cardinalities):
-        cardinalities.setdefault(placements.CLIENTS, 0)
-        ex = remote_executor.RemoteExecutor(self._get_stub())
-        ex.set_cardinalities(cardinalities)
-        return ex
+    def stack_fn(cardinalities):
+      cardinalities.setdefault(placements.CLIENTS, 0)
+      ex = remote_executor.RemoteExecutor(get_stub())
+      ex.set_cardinalities(cardinalities)
+      return ex
 
-      factory = python_executor_stacks.ResourceManagingExecutorFactory(stack_fn)
-      # TFF keeps one executor per cohort size in an LRU cache of 10 and drops
-      # evicted ones without closing them, so their state stays in the worker:
-      # with Poisson sampling (cohort sizes spread over ~25-40 values) worker
-      # memory grows without bound, and re-creating executors slows rounds.
-      # A larger cache that closes what it evicts, and closes executors left
-      # idle (rare cohort sizes), keeps both flat (see
-      # benchmarks/bench_cohort_variation.py).
-      factory._executors = _ClosingLRUCache(  # pylint: disable=protected-access
-          self.executor_cache_size, self.executor_idle_calls)
-      context = _watched_sync_context_class(sync_execution_context)(
-          self.check_worker,
-          executor_fn=factory,
+    factory = python_executor_stacks.ResourceManagingExecutorFactory(stack_fn)
+    # TFF keeps one executor per cohort size in an LRU cache of 10 and drops
+    # evicted ones without closing them, so their state stays in the worker:
+    # with Poisson sampling (cohort sizes spread over ~25-40 values) worker
+    # memory grows without bound, and re-creating executors slows rounds.
+    # A larger cache that closes what it evicts, and closes executors left
+    # idle (rare cohort sizes), keeps both flat (see
+    # benchmarks/bench_cohort_variation.py).
+    factory._executors = _ClosingLRUCache(  # pylint: disable=protected-access
+        self.executor_cache_size, self.executor_idle_calls)
+    return factory
+
+  def _wait(self, future):
+    watchdog = self.check_worker if self.workers is None else None
+    return fleet.wait_interruptibly(future, _WATCHDOG_POLL_S, watchdog)
+
+  def _local_context(self):
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.core.backends.native import compiler
+    from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+    from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
+    # pylint: enable=g-import-not-at-top
+    self._start_worker()
+    context = sync_execution_context.SyncExecutionContext(
+        executor_fn=self._executor_factory(self._get_stub),
+        compiler_fn=compiler.desugar_and_transform_to_native,
+        transform_args=tensorflow_computation.transform_args,
+        transform_result=tensorflow_computation.transform_result)
+    context._async_runner = fleet._WatchedRunner(  # pylint: disable=protected-access
+        context._async_runner, self._wait)  # pylint: disable=protected-access
+    return context
+
+  def _fleet_context(self) -> "fleet.FleetContext":
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.core.backends.native import compiler
+    from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+    from tensorflow_federated.python.core.impl.context_stack import context_base
+    from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+    # pylint: enable=g-import-not-at-top
+    channels = {a: fleet.open_channel(a, self.tls) for a in self.workers}
+    self._channels = channels
+    fleet.wait_until_ready(channels, self.connect_timeout_s)
+    stub_class = fleet._deadline_stub_class()  # pylint: disable=protected-access
+    own_loop = fleet._own_loop_context_class()  # pylint: disable=protected-access
+    stubs = {a: stub_class(a, ch, self.rpc_timeout_s) for a, ch in channels.items()}
+
+    def make_worker_context(address: str):
+      inner = async_execution_context.AsyncExecutionContext(
+          executor_fn=self._executor_factory(lambda: stubs[address]),
           compiler_fn=compiler.desugar_and_transform_to_native,
           transform_args=tensorflow_computation.transform_args,
           transform_result=tensorflow_computation.transform_result)
+      return own_loop(inner, address)
+
+    context_base.SyncContext.register(fleet.FleetContext)
+    return fleet.FleetContext(self.workers, make_worker_context,
+                              retries=self.worker_retries, wait_fn=self._wait)
+
+  def start(self) -> "ExecutionRuntime":
+    """Starts the worker (or connects to the fleet) and installs TFF's default context."""
+    from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+    with self._lock:
+      if self._closed:
+        raise RuntimeError("an ExecutionRuntime cannot be restarted; make a new one.")
+      if self.workers is None:
+        context = self._local_context()
+      else:
+        context = self._fleet_context()
+      self.context = context
       stack = context_stack_impl.context_stack
       self._previous_context = stack.current
       stack.set_default_context(context)
@@ -456,6 +497,9 @@ class ExecutionRuntime:
         return
       self._closed = True
       self._stop_worker()
+      for channel in self._channels.values():
+        channel.close()
+      self._channels = {}
       if self._previous_context is not None:
         from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
         context_stack_impl.context_stack.set_default_context(self._previous_context)

@@ -1,0 +1,339 @@
+"""Running TFF computations on a fleet of remote ``worker_binary`` processes.
+
+A fleet is a list of ``host:port`` addresses, each a stock TFF
+``worker_binary`` (start one per machine with ``python -m tff_idp.worker``).
+The fleet runs on TFF's own distributed runtime, nothing home-made:
+
+* one :class:`AsyncExecutionContext` per worker, talking TFF's remote-executor
+  gRPC protocol through :class:`DeadlineStub`;
+* TFF's :class:`MergeableCompExecutionContext` on top: a computation is
+  compiled to ``MergeableCompForm`` (client work and the aggregation's
+  accumulate/merge up to the merge, then the server part), each worker runs
+  ``up_to_merge`` on its share of the cohort, the partial aggregates are
+  merged, and ``after_merge`` (the server update, where the DP aggregator adds
+  its noise) runs **once**, on the merged sum. Noise is never added per worker.
+
+What this module adds to TFF's pieces:
+
+* **Deadlines and names.** Every gRPC call has a deadline (``rpc_timeout_s``);
+  any failure raises :class:`WorkerError` naming the worker. TFF would retry
+  "retryable" gRPC errors (UNAVAILABLE, ...) forever, so a dead worker would
+  hang the run; these errors are not retryable here.
+* **Start-up check.** :func:`connect` waits for every worker at once and names
+  each one that does not answer within ``connect_timeout_s``.
+* **Parallel subrounds.** TFF's ``RemoteExecutor`` makes blocking gRPC calls
+  inside the event loop, which would run the workers' subrounds one after
+  another; each worker gets its own event-loop thread here.
+* **Optional retries** (:class:`FleetContext`, ``retries``): a round that fails
+  on a worker is run again, with the same arguments, on the workers left. This
+  releases nothing twice: a failed round returns no result (the server part
+  runs only after every partial sum has arrived), and the DP noise is a
+  stateless function of the aggregator's state and round number, so the rerun
+  adds the same noise to the same cohort's sum (up to float summation order).
+* **TLS.** :class:`TlsConfig` gives the channels TLS (and mutual TLS) credentials.
+
+A worker executes whatever computation it is sent: never expose one to an
+untrusted network.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+from typing import Callable, Optional, Sequence
+
+import grpc
+
+_LOG = logging.getLogger(__name__)
+
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
+DEFAULT_RPC_TIMEOUT_S = 600.0
+_GRPC_OPTIONS = [
+    ("grpc.max_message_length", 2 * 1000 * 1000 * 1000),
+    ("grpc.max_receive_message_length", 2 * 1000 * 1000 * 1000),
+    ("grpc.max_send_message_length", 2 * 1000 * 1000 * 1000),
+]
+
+
+class WorkerError(RuntimeError):
+  """A worker of the fleet failed, did not answer in time, or cannot be reached.
+
+  Attributes:
+    address: the worker's ``host:port`` (a comma-separated list at start-up).
+  """
+
+  def __init__(self, address: str, message: str):
+    super().__init__(message)
+    self.address = address
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsConfig:
+  """TLS credentials for the channels to the workers (PEM file paths).
+
+  Attributes:
+    ca_path: CA certificate(s) that signed the workers' certificates.
+    cert_path / key_path: this client's certificate and key, for mutual TLS
+      (both or neither).
+    server_name: overrides the name checked against the workers' certificates
+      (e.g. when connecting by IP address).
+  """
+  ca_path: str
+  cert_path: Optional[str] = None
+  key_path: Optional[str] = None
+  server_name: Optional[str] = None
+
+  def __post_init__(self):
+    if (self.cert_path is None) != (self.key_path is None):
+      raise ValueError("mutual TLS needs both a client certificate and its key "
+                       "(--worker_tls_cert and --worker_tls_key), or neither.")
+
+  def credentials(self) -> grpc.ChannelCredentials:
+    def read(path: Optional[str]) -> Optional[bytes]:
+      if path is None:
+        return None
+      try:
+        with open(path, "rb") as f:
+          return f.read()
+      except OSError as e:
+        raise ValueError(f"cannot read TLS file {path}: {e.strerror}") from e
+    return grpc.ssl_channel_credentials(root_certificates=read(self.ca_path),
+                                        private_key=read(self.key_path),
+                                        certificate_chain=read(self.cert_path))
+
+
+def parse_addresses(spec: Sequence[str] | str) -> list[str]:
+  """``"h1:p1,h2:p2"`` (or a list) -> validated ``host:port`` strings."""
+  items = spec.split(",") if isinstance(spec, str) else list(spec)
+  addresses = [a.strip() for a in items if a.strip()]
+  if not addresses:
+    raise ValueError("no worker address given; pass host:port[,host:port...].")
+  for address in addresses:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ValueError(f"worker address {address!r} is not host:port (e.g. "
+                       "localhost:8000 or 10.0.0.2:8000).")
+  if len(set(addresses)) != len(addresses):
+    raise ValueError(f"worker addresses repeat: {addresses}; each worker once.")
+  return addresses
+
+
+def open_channel(address: str, tls: Optional[TlsConfig] = None) -> grpc.Channel:
+  if tls is None:
+    return grpc.insecure_channel(address, _GRPC_OPTIONS)
+  options = list(_GRPC_OPTIONS)
+  if tls.server_name:
+    options.append(("grpc.ssl_target_name_override", tls.server_name))
+  return grpc.secure_channel(address, tls.credentials(), options)
+
+
+def wait_until_ready(channels: dict[str, grpc.Channel], timeout_s: float) -> None:
+  """Waits for all channels at once; names every worker not ready in time."""
+  futures = {a: grpc.channel_ready_future(ch) for a, ch in channels.items()}
+  missing = []
+  for address, future in futures.items():
+    try:
+      future.result(timeout=timeout_s)
+      timeout_s = 0.01  # the others had the same time to connect
+    except grpc.FutureTimeoutError:
+      missing.append(address)
+  if missing:
+    raise WorkerError(
+        ",".join(missing),
+        f"TFF worker(s) {', '.join(missing)} did not answer within the "
+        "connect timeout; start them with `python -m tff_idp.worker --port=P` "
+        "on their hosts, check host:port, firewalls and TLS settings.")
+
+
+def _deadline_stub_class():
+  """Defined lazily: the base class lives in TensorFlow Federated."""
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.proto.v0 import executor_pb2_grpc
+  from tensorflow_federated.python.core.impl.executors import remote_executor_stub
+  # pylint: enable=g-import-not-at-top
+
+  class DeadlineStub(remote_executor_stub.RemoteExecutorStub):
+    """TFF's remote-executor stub with a deadline on every call and named errors."""
+
+    def __init__(self, address: str, channel: grpc.Channel, rpc_timeout_s: float):
+      self.address = address
+      self._channel = channel
+      self._stub = executor_pb2_grpc.ExecutorGroupStub(channel)
+      self._timeout = rpc_timeout_s
+
+    def _call(self, name: str, request):
+      try:
+        return getattr(self._stub, name)(request, timeout=self._timeout)
+      except grpc.RpcError as e:
+        code = e.code() if isinstance(e, grpc.Call) else None
+        detail = e.details() if isinstance(e, grpc.Call) else str(e)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+          why = f"did not answer {name} within {self._timeout:g} s"
+        else:
+          why = f"failed on {name}: {code.name if code else 'error'}: {detail}"
+        raise WorkerError(self.address, f"TFF worker {self.address} {why}. The "
+                          "round was not released; rerun the same command to "
+                          "resume from the last checkpoint.") from None
+
+    def get_executor(self, request):
+      return self._call("GetExecutor", request)
+
+    def create_value(self, request):
+      return self._call("CreateValue", request)
+
+    def create_struct(self, request):
+      return self._call("CreateStruct", request)
+
+    def create_call(self, request):
+      return self._call("CreateCall", request)
+
+    def create_selection(self, request):
+      return self._call("CreateSelection", request)
+
+    def compute(self, request):
+      return self._call("Compute", request)
+
+    def dispose(self, request):
+      return self._call("Dispose", request)
+
+    def dispose_executor(self, request):
+      return self._call("DisposeExecutor", request)
+
+    @property
+    def is_ready(self) -> bool:
+      return True
+
+  return DeadlineStub
+
+
+def _own_loop_context_class():
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.common_libs import async_utils
+  from tensorflow_federated.python.core.impl.context_stack import context_base
+  # pylint: enable=g-import-not-at-top
+
+  class OwnLoopContext(context_base.AsyncContext):
+    """Runs an async context's invocations on a dedicated event-loop thread.
+
+    TFF's RemoteExecutor blocks its event loop on every gRPC call; with one
+    loop per worker, the workers' subrounds run in parallel.
+    """
+
+    def __init__(self, inner, address: str):
+      self._inner = inner
+      self.address = address
+      self._runner = async_utils.AsyncThreadRunner()
+
+    async def invoke(self, comp, arg):
+      return await self._runner.await_coro_and_return_result(
+          self._inner.invoke(comp, arg))
+
+  return OwnLoopContext
+
+
+class FleetContext:
+  """TFF's mergeable-comp context over a fleet, with optional round retries.
+
+  Built by :func:`connect`; installed as TFF's default context by
+  :class:`tff_idp.runtime.ExecutionRuntime`.
+  """
+
+  def __init__(self, addresses: Sequence[str], make_worker_context: Callable,
+               retries: int = 0, wait_fn: Optional[Callable] = None):
+    if retries < 0:
+      raise ValueError("worker_retries must be >= 0.")
+    self.addresses = list(addresses)
+    self.retries = int(retries)
+    self._make_worker_context = make_worker_context
+    self._worker_contexts = {a: make_worker_context(a) for a in self.addresses}
+    self._live = list(self.addresses)
+    self._wait_fn = wait_fn
+    self._lock = threading.Lock()
+    self.retried_rounds = 0
+    self._context = self._build()
+
+  @property
+  def live_workers(self) -> list[str]:
+    return list(self._live)
+
+  def _build(self):
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
+    from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context as mcec
+    # pylint: enable=g-import-not-at-top
+    context = mcec.MergeableCompExecutionContext(
+        async_contexts=[self._worker_contexts[a] for a in self._live],
+        compiler_fn=_compile_or_explain(mergeable_comp_compiler.compile_to_mergeable_comp_form))
+    if self._wait_fn is not None:
+      context._async_runner = _WatchedRunner(context._async_runner, self._wait_fn)  # pylint: disable=protected-access
+    return context
+
+  def invoke(self, comp, arg):
+    attempt = 0
+    while True:
+      try:
+        return self._context.invoke(comp, arg)
+      except WorkerError as e:
+        with self._lock:
+          if attempt >= self.retries or e.address not in self._live or len(self._live) == 1:
+            raise
+          attempt += 1
+          self._live.remove(e.address)
+          self.retried_rounds += 1
+          _LOG.warning(
+              "worker %s failed (%s); retrying the computation on %d worker(s) "
+              "left (%d of %d retries). The failed attempt released nothing; the "
+              "retry adds the same noise (a function of the round's state).",
+              e.address, e, len(self._live), attempt, self.retries)
+          self._context = self._build()
+
+
+def _compile_or_explain(compile_fn):
+  """Wraps the mergeable-form compiler so a refusal names the computation."""
+
+  def compile_mergeable(comp):
+    try:
+      return compile_fn(comp)
+    except Exception as e:  # pylint: disable=broad-except
+      raise NotMergeableError(
+          f"TFF computation {comp.type_signature} cannot run on a fleet: it cannot "
+          "be compiled to MergeableCompForm (client work, then one layer of "
+          f"aggregations, then server work): {type(e).__name__}: {e}") from e
+
+  return compile_mergeable
+
+
+class NotMergeableError(ValueError):
+  """A computation has aggregations that depend on other aggregations."""
+
+
+class _WatchedRunner:
+  """Wraps an ``AsyncThreadRunner`` so a blocked caller still handles signals."""
+
+  def __init__(self, inner, wait_fn: Callable):
+    self._inner = inner
+    self._wait_fn = wait_fn
+
+  def run_coro_and_return_result(self, coro):
+    future = asyncio.run_coroutine_threadsafe(coro, self._inner._event_loop)  # pylint: disable=protected-access
+    return self._wait_fn(future)
+
+  def __getattr__(self, name):
+    return getattr(self._inner, name)
+
+
+def wait_interruptibly(future: concurrent.futures.Future, poll_s: float,
+                       watchdog: Optional[Callable[[], None]] = None):
+  """``future.result()`` that wakes every ``poll_s`` (signals) and runs ``watchdog``."""
+  try:
+    while True:
+      done, _ = concurrent.futures.wait([future], timeout=poll_s)
+      if done:
+        return future.result()
+      if watchdog is not None:
+        watchdog()
+  except BaseException:
+    future.cancel()
+    raise
