@@ -43,6 +43,7 @@ import numpy as np
 import tensorflow as tf  # noqa: F401  pylint: disable=unused-import
 
 from experiments import privacy_flags
+from experiments import worker_flags
 from tff_idp import cli
 from tff_idp import runtime
 from tff_idp.training import apes_runs
@@ -88,6 +89,7 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/apes", "Where results go."
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 1, "Evaluate every k rounds.")
 _CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", 2, "Checkpoint every k rounds.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
+worker_flags.define()
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 _RESTART = flags.DEFINE_bool("restart", False,
                              "Discard this output directory's checkpoints and start over.")
@@ -136,7 +138,7 @@ def main(argv):
         f"T = {training.rounds}, {training.local_epochs} local epochs, "
         f"μ = {training.proximal_strength:g}, bound: {accounting.bound}, "
         f"δ_s = {accounting.shuffle_delta:.2g}, δ = {accounting.delta:g}", flush=True)
-  with runtime.execution_context(device=_DEVICE.value):
+  with runtime.execution_context(device=_DEVICE.value, **worker_flags.runtime_kwargs()):
     rows = apes_runs.run_frameworks(
         _FRAMEWORKS.value, federation, epsilons, training, accounting, _SEED.value,
         _OUTPUT_DIR.value, eval_every=_EVAL_EVERY.value,

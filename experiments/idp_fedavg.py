@@ -53,6 +53,7 @@ import tensorflow as tf
 from datasets import synthetic
 from experiments import common
 from experiments import audit_flags
+from experiments import worker_flags
 from experiments import privacy_flags
 from tff_idp import cli
 from tff_idp import models
@@ -138,6 +139,7 @@ _CLIPPED_COUNT_STDDEV = flags.DEFINE_float(
     "clip's estimate gets noisier. Accounted either way: the ledger charges σ.")
 privacy_flags.define()
 audit_flags.define()
+worker_flags.define()
 
 
 @cli.entry
@@ -194,7 +196,7 @@ def main(argv):
         f"c={config.clients_per_round:g}, δ={config.delta:g}, {config.accountant}")
   try:
     common.validate(config, len(train.client_ids))
-    with runtime.execution_context(device=_DEVICE.value):
+    with runtime.execution_context(device=_DEVICE.value, **worker_flags.runtime_kwargs()):
       results = common.run_all(config, train, model_fn, keras_builder, test_x, test_y)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)

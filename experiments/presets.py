@@ -43,6 +43,7 @@ from datasets import loader
 from datasets import sources
 from datasets import specs
 from experiments import audit_flags
+from experiments import worker_flags
 from experiments import privacy_flags
 from tff_idp import cli
 from tff_idp.accounting import exact
@@ -142,6 +143,7 @@ def define_flags(p: PaperPreset) -> None:
                     "and start fresh (default: resume).")
   privacy_flags.define()
   audit_flags.define()
+  worker_flags.define()
   if p.comparisons:
     flags.DEFINE_enum("comparison", None, list(p.comparisons),
                       "aldaghri: ε 0.6-∞-∞ at 95-0-5 with --max_rate=0.1 (Sec. VI).")
@@ -176,7 +178,7 @@ _FLAG_NAMES = frozenset([
     "delta", "accountant", "partition", "iid", "num_clients", "split_seed", "data_dir",
     "split_dir", "download", "dataset", "output_dir", "eval_every", "eval_batch_size",
     "checkpoint_every", "allow_overrun", "max_rate", "device", "progress", "comparison",
-    "restart", audit_flags.AUDIT_CANARIES, audit_flags.AUDIT_SEED,
+    "restart", audit_flags.AUDIT_CANARIES, audit_flags.AUDIT_SEED, *worker_flags._NAMES,  # pylint: disable=protected-access
     privacy_flags.INSECURE, privacy_flags.RELEASE_ONLY])
 
 
@@ -305,7 +307,7 @@ def run(p: PaperPreset) -> int:
         f"c={config.clients_per_round:g}, ε {'-'.join(v['budgets'])}, δ={config.delta:g}, "
         f"{config.accountant}", flush=True)
   try:
-    with runtime.execution_context(device=v["device"]):
+    with runtime.execution_context(device=v["device"], **worker_flags.runtime_kwargs(v)):
       results = common.run_all(config, train, model_fn, keras_builder, test_x, test_y,
                                eval_batch_size=v["eval_batch_size"])
   except ValueError as e:

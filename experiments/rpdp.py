@@ -62,6 +62,7 @@ import numpy as np
 import tensorflow as tf  # noqa: F401  pylint: disable=unused-import
 
 from experiments import privacy_flags
+from experiments import worker_flags
 from tff_idp import cli
 from tff_idp import models
 from tff_idp import preferences
@@ -145,6 +146,7 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/rpdp", "Where results go."
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", 5, "Evaluate every k rounds.")
 _CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", 5, "Checkpoint every k rounds.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
+worker_flags.define()
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 _RESTART = flags.DEFINE_bool(
     "restart", False, "Discard the checkpoints and metrics in --output_dir and start fresh "
@@ -339,7 +341,7 @@ def main(argv):
         f"{described}; T={params.rounds}, τ={params.local_steps}, "
         f"λ={params.client_rate:g}, σ={params.noise_multiplier:g}, L={_CLIP.value:g}, "
         f"δ={params.delta:g}, {params.threat_model}, local: {local_algorithm}")
-  with runtime.execution_context(device=_DEVICE.value):
+  with runtime.execution_context(device=_DEVICE.value, **worker_flags.runtime_kwargs()):
     try:
       results = run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
                     _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,

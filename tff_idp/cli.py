@@ -143,6 +143,14 @@ RULES: dict[str, Rule] = {
     "max_rate": _unit_interval("cap on a client's sampling rate"),
     "client_rate": _unit_interval("client sampling rate λ"),
     "delta": _unit_interval("target δ", high_open=True),
+    # TFF workers
+    "port": Rule("int", low=1, high=65535, meaning="TCP port"),
+    "internal_port": Rule("int", low=1, high=65535, meaning="TCP port"),
+    "max_concurrent_computation_calls": Rule(
+        "int", low=-1, meaning="parallel client computations (-1: no limit)"),
+    "worker_retries": _nonneg_int("retries of a computation on the workers left"),
+    "worker_connect_timeout_s": _pos_float("seconds every worker has to answer"),
+    "worker_rpc_timeout_s": _pos_float("deadline of each call to a worker, seconds"),
 }
 
 # Items of list flags.

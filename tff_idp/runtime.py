@@ -223,6 +223,7 @@ class ExecutionRuntime:
     connect_timeout_s: fleet only: every worker must answer within this.
     rpc_timeout_s: fleet only: deadline of every gRPC call to a worker.
     tls: fleet only: :class:`tff_idp.fleet.TlsConfig` for TLS channels.
+    port: the local worker's port (default: a free one).
   """
 
   def __init__(self, device: str = "cpu", gpu_ids: Optional[Sequence[int]] = None,
@@ -238,7 +239,8 @@ class ExecutionRuntime:
                worker_retries: int = 0,
                connect_timeout_s: float = fleet.DEFAULT_CONNECT_TIMEOUT_S,
                rpc_timeout_s: float = fleet.DEFAULT_RPC_TIMEOUT_S,
-               tls: Optional[fleet.TlsConfig] = None):
+               tls: Optional[fleet.TlsConfig] = None,
+               port: Optional[int] = None):
     if device not in ("cpu", "gpu"):
       raise ValueError(f"device={device!r} must be 'cpu' or 'gpu'.")
     self.device = device
@@ -268,6 +270,9 @@ class ExecutionRuntime:
                         ("rpc_timeout_s", rpc_timeout_s)):
       if not value > 0:
         raise ValueError(f"{name}={value} must be > 0 seconds.")
+    if port is not None and workers is not None:
+      raise ValueError("port is the local worker's; a fleet has no local worker.")
+    self.requested_port = port
     self.worker_retries = int(worker_retries)
     self.connect_timeout_s = float(connect_timeout_s)
     self.rpc_timeout_s = float(rpc_timeout_s)
@@ -312,7 +317,7 @@ class ExecutionRuntime:
     if not os.path.isfile(path):
       raise RuntimeError(f"TFF worker binary not found at {path}; reinstall "
                          "tensorflow-federated (see README).")
-    self._port = portpicker.pick_unused_port()
+    self._port = self.requested_port or portpicker.pick_unused_port()
     if self.log_path:
       self._log_file = open(self.log_path, "ab")  # pylint: disable=consider-using-with
       out = self._log_file
@@ -337,6 +342,21 @@ class ExecutionRuntime:
         raise RuntimeError(f"TFF worker_binary did not become ready in "
                            f"{_STARTUP_TIMEOUT_S:.0f} s.")
       time.sleep(0.1)
+
+  @property
+  def port(self) -> Optional[int]:
+    """The local worker's port (None before it starts, and for a fleet)."""
+    return self._port
+
+  def launch_worker(self) -> subprocess.Popen:
+    """Starts the local worker only (no TFF context); ``close()`` stops it."""
+    with self._lock:
+      if self._closed:
+        raise RuntimeError("this ExecutionRuntime is closed.")
+      if self.workers is not None:
+        raise ValueError("a fleet runtime has no local worker to launch.")
+      self._start_worker()
+      return self._process
 
   def _get_stub(self):
     """The worker's stub. A worker that exited is an error, never restarted.
