@@ -46,6 +46,8 @@ from typing import Callable, Optional, Sequence
 
 import grpc
 
+from tff_idp.errors import TffIdpError
+
 _LOG = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
@@ -57,7 +59,7 @@ _GRPC_OPTIONS = [
 ]
 
 
-class WorkerError(RuntimeError):
+class WorkerError(TffIdpError, RuntimeError):
   """A worker of the fleet failed, did not answer in time, or cannot be reached.
 
   Attributes:
@@ -150,6 +152,7 @@ def wait_until_ready(channels: dict[str, grpc.Channel], timeout_s: float) -> Non
 def _deadline_stub_class():
   """Defined lazily: the base class lives in TensorFlow Federated."""
   # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.proto.v0 import executor_pb2
   from tensorflow_federated.proto.v0 import executor_pb2_grpc
   from tensorflow_federated.python.core.impl.executors import remote_executor_stub
   # pylint: enable=g-import-not-at-top
@@ -166,6 +169,8 @@ def _deadline_stub_class():
     def _call(self, name: str, request):
       try:
         return getattr(self._stub, name)(request, timeout=self._timeout)
+      except ValueError as e:  # the runtime closed the channel (run ending)
+        raise WorkerError(self.address, f"TFF worker {self.address}: {e}") from None
       except grpc.RpcError as e:
         code = e.code() if isinstance(e, grpc.Call) else None
         detail = e.details() if isinstance(e, grpc.Call) else str(e)
@@ -195,11 +200,20 @@ def _deadline_stub_class():
     def compute(self, request):
       return self._call("Compute", request)
 
+    def _release(self, name: str, request, response_type):
+      """Freeing worker memory is best effort: a failure here must not mask the
+      error that caused the clean-up (or fail a round whose result is in)."""
+      try:
+        return self._call(name, request)
+      except WorkerError as e:
+        _LOG.debug("%s", e)
+        return response_type()
+
     def dispose(self, request):
-      return self._call("Dispose", request)
+      return self._release("Dispose", request, executor_pb2.DisposeResponse)
 
     def dispose_executor(self, request):
-      return self._call("DisposeExecutor", request)
+      return self._release("DisposeExecutor", request, executor_pb2.DisposeExecutorResponse)
 
     @property
     def is_ready(self) -> bool:
@@ -266,6 +280,8 @@ class FleetContext:
     context = mcec.MergeableCompExecutionContext(
         async_contexts=[self._worker_contexts[a] for a in self._live],
         compiler_fn=_compile_or_explain(mergeable_comp_compiler.compile_to_mergeable_comp_form))
+    loop = context._async_runner._event_loop  # pylint: disable=protected-access
+    loop.set_exception_handler(_quiet_about_worker_errors)
     if self._wait_fn is not None:
       context._async_runner = _WatchedRunner(context._async_runner, self._wait_fn)  # pylint: disable=protected-access
     return context
@@ -290,6 +306,15 @@ class FleetContext:
           self._context = self._build()
 
 
+def _quiet_about_worker_errors(loop, context: dict) -> None:
+  """After one worker fails a round, the other workers' subrounds still end (in
+  error once the run closes its channels); the round's error is already raised,
+  so asyncio's "Task exception was never retrieved" for them is noise."""
+  if isinstance(context.get("exception"), WorkerError):
+    return
+  loop.default_exception_handler(context)
+
+
 def _compile_or_explain(compile_fn):
   """Wraps the mergeable-form compiler so a refusal names the computation."""
 
@@ -305,7 +330,7 @@ def _compile_or_explain(compile_fn):
   return compile_mergeable
 
 
-class NotMergeableError(ValueError):
+class NotMergeableError(TffIdpError, ValueError):
   """A computation has aggregations that depend on other aggregations."""
 
 

@@ -52,6 +52,7 @@ import grpc
 import portpicker
 
 from tff_idp import fleet
+from tff_idp.errors import TffIdpError
 
 _PR_SET_PDEATHSIG = 1
 _STARTUP_TIMEOUT_S = 60.0
@@ -93,7 +94,7 @@ def _launch_command(argv: Sequence[str]) -> list[str]:
   return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *argv]
 
 
-class WorkerDiedError(RuntimeError):
+class WorkerDiedError(TffIdpError, RuntimeError):
   """The TFF worker process exited while the run still needed it."""
 
 

@@ -1,0 +1,335 @@
+"""A fleet of loopback TFF workers (``--workers``): same results as one worker, clear
+errors on dead or unreachable workers, resume after a fault, retries, TLS.
+
+Every worker here is started by the test (``python -m tff_idp.worker``) and
+stopped by PID; ``_no_worker_left`` checks that none outlives a test.
+
+Float tolerance: the fleet splits each cohort over the workers and merges the
+partial sums, so sums are added in another order. With the same cohorts and
+noise (``--insecure_reproducible_noise``), metrics agree to rtol 1e-4 (float32
+sums of ~10 terms; observed: bit-identical on these runs).
+"""
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tff_idp import fleet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RTOL = 1e-4
+
+
+def _env():
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+
+
+def _free_port() -> int:
+  import portpicker  # pylint: disable=g-import-not-at-top
+  return portpicker.pick_unused_port()
+
+
+class Worker:
+  """One ``python -m tff_idp.worker`` started by a test, stopped by PID."""
+
+  def __init__(self, port=None, *extra):
+    self.port = port or _free_port()
+    self.proc = subprocess.Popen(
+        [sys.executable, "-m", "tff_idp.worker", f"--port={self.port}", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT,
+        stdin=subprocess.DEVNULL)
+    line = self.proc.stdout.readline()
+    if "pid" not in line:
+      self.stop()
+      raise AssertionError(f"worker did not start: {line} {self.proc.stderr.read()[-2000:]}")
+    self.binary_pid = int(line.split("pid ")[1].split(")")[0])
+    self.address = f"localhost:{self.port}"
+
+  def stop(self, sig=signal.SIGTERM) -> int:
+    if self.proc.poll() is None:
+      self.proc.send_signal(sig)
+      try:
+        self.proc.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+    return self.proc.returncode
+
+
+def _alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().split(")")[-1].split()[0] != "Z"
+  except FileNotFoundError:
+    return False
+
+
+def _wait_dead(pid: int, timeout: float = 15.0) -> bool:
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if not _alive(pid):
+      return True
+    time.sleep(0.1)
+  return False
+
+
+@pytest.fixture
+def workers():
+  started = []
+
+  def start(n=1, port=None, *extra):
+    new = [Worker(port, *extra) for _ in range(n)]
+    started.extend(new)
+    return new
+
+  yield start
+  for w in started:
+    w.stop()
+  for w in started:
+    assert _wait_dead(w.binary_pid), f"worker_binary {w.binary_pid} outlived its test"
+
+
+def _metrics(path):
+  with open(path, newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def _assert_same_metrics(a, b, skip=("privacy_warning", "seconds")):
+  assert len(a) == len(b), (len(a), len(b))
+  for ra, rb in zip(a, b):
+    assert ra.keys() == rb.keys()
+    for k in ra:
+      if k in skip or ra[k] == rb[k]:
+        continue
+      assert ra[k] and rb[k], (k, ra[k], rb[k])
+      assert float(ra[k]) == pytest.approx(float(rb[k]), rel=RTOL, abs=1e-6), (k, ra, rb)
+
+
+def _run(module, args, timeout=600):
+  progress = [] if module == "tff_idp.worker" else ["--progress=false"]
+  return subprocess.run([sys.executable, "-m", module, *progress, *args],
+                        capture_output=True, text=True, timeout=timeout, env=_env(),
+                        cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+IDP_ARGS = ["--runs=idp,scale", "--seeds=0", "--num_clients=60", "--clients_per_round=10",
+            "--clipped_count_stddev=2", "--eval_every=2", "--checkpoint_every=1",
+            "--insecure_reproducible_noise"]
+
+
+# ---------------------------------------------------------------- fast checks
+@pytest.mark.parametrize("spec,match", [
+    ("", "no worker address"), ("localhost", "not host:port"),
+    ("localhost:0", "not host:port"), ("h:1,h:1", "repeat")])
+def test_bad_worker_addresses_are_refused(spec, match):
+  with pytest.raises(ValueError, match=match):
+    fleet.parse_addresses(spec)
+
+
+def test_addresses_parse_lists_and_strings():
+  assert fleet.parse_addresses("a:1, b:2") == ["a:1", "b:2"]
+  assert fleet.parse_addresses(["[::1]:8000"]) == ["[::1]:8000"]
+
+
+def test_runtime_refuses_fleet_options_without_a_fleet():
+  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="needs a fleet"):
+    runtime.ExecutionRuntime(worker_retries=1)
+  with pytest.raises(ValueError, match="remote workers only"):
+    runtime.ExecutionRuntime(tls=fleet.TlsConfig("ca.pem"))
+  with pytest.raises(ValueError, match="local worker"):
+    runtime.ExecutionRuntime(workers=["a:1"], port=5)
+  with pytest.raises(ValueError, match="rpc_timeout_s"):
+    runtime.ExecutionRuntime(workers=["a:1"], rpc_timeout_s=0)
+  with pytest.raises(ValueError, match="both a client certificate"):
+    fleet.TlsConfig("ca.pem", cert_path="c.pem")
+
+
+def test_worker_flags_without_workers_are_refused():
+  from experiments import worker_flags  # pylint: disable=g-import-not-at-top
+  base = dict(workers=None, worker_retries=0, worker_connect_timeout_s=30.0,
+              worker_rpc_timeout_s=600.0, worker_tls_ca=None, worker_tls_cert=None,
+              worker_tls_key=None, worker_tls_server_name=None)
+  assert worker_flags.runtime_kwargs(base) == {}
+  with pytest.raises(ValueError, match="--worker_retries apply to remote workers only"):
+    worker_flags.runtime_kwargs(dict(base, worker_retries=2))
+  with pytest.raises(ValueError, match="--worker_tls_ca"):
+    worker_flags.runtime_kwargs(dict(base, workers=["a:1"], worker_tls_cert="c.pem"))
+  kw = worker_flags.runtime_kwargs(dict(base, workers=["a:1", "b:2"], worker_retries=1))
+  assert kw["workers"] == ["a:1", "b:2"] and kw["worker_retries"] == 1 and kw["tls"] is None
+
+
+def test_unreachable_worker_is_named_within_the_timeout():
+  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  dead = f"localhost:{_free_port()}"
+  rt = runtime.ExecutionRuntime(workers=[dead], connect_timeout_s=2,
+                                install_signal_handlers=False)
+  start = time.monotonic()
+  with pytest.raises(fleet.WorkerError, match=dead) as e:
+    rt.start()
+  assert time.monotonic() - start < 15
+  assert e.value.address == dead
+  rt.close()
+
+
+# --------------------------------------------------------- the worker module
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_worker_module_stops_cleanly_on_signals(workers, sig, code):
+  (w,) = workers(1)
+  assert _alive(w.binary_pid)
+  assert w.stop(sig) == code
+  assert "TFF worker stopped" in w.proc.stderr.read()
+  assert _wait_dead(w.binary_pid)
+
+
+def test_worker_module_exits_when_its_worker_dies(workers):
+  (w,) = workers(1)
+  os.kill(w.binary_pid, signal.SIGKILL)
+  assert w.proc.wait(timeout=30) == 1
+  assert "exited with code -9" in w.proc.stderr.read()
+
+
+def test_worker_module_refuses_a_missing_port():
+  proc = _run("tff_idp.worker", [], timeout=120)
+  assert proc.returncode == 2 and "--port is required" in proc.stderr
+
+
+def test_federated_sum_over_three_workers(workers):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def total(x):
+    return tff.federated_sum(x)
+
+  fleet_workers = workers(3)
+  with runtime.ExecutionRuntime(workers=[w.address for w in fleet_workers],
+                                install_signal_handlers=False) as rt:
+    assert float(total([1.0, 2.0, 3.0, 4.0, 5.0])) == 15.0
+    assert float(total([7.0])) == 7.0  # fewer clients than workers
+    assert rt.context.live_workers == [w.address for w in fleet_workers]
+
+
+def test_tls_and_mutual_tls(workers, tmp_path):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  for name in ("server", "client"):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(tmp_path / f"{name}.key"), "-out",
+                    str(tmp_path / f"{name}.pem")], check=True, capture_output=True)
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def total(x):
+    return tff.federated_sum(x)
+
+  (w,) = workers(1, None, f"--tls_cert={tmp_path / 'server.pem'}",
+                 f"--tls_key={tmp_path / 'server.key'}",
+                 f"--tls_client_ca={tmp_path / 'client.pem'}")
+  tls = fleet.TlsConfig(str(tmp_path / "server.pem"), str(tmp_path / "client.pem"),
+                        str(tmp_path / "client.key"))
+  with runtime.ExecutionRuntime(workers=[w.address], tls=tls, install_signal_handlers=False):
+    assert float(total([1.0, 2.0])) == 3.0
+  # Plaintext, or TLS without the client certificate, does not get through.
+  for bad in (None, fleet.TlsConfig(str(tmp_path / "server.pem"))):
+    rt = runtime.ExecutionRuntime(workers=[w.address], tls=bad, connect_timeout_s=3,
+                                  rpc_timeout_s=5, install_signal_handlers=False)
+    with pytest.raises(fleet.WorkerError):
+      with rt:
+        total([1.0])
+
+
+# ------------------------------------------------------ end to end (slow)
+@pytest.mark.slow
+def test_idp_fedavg_and_scale_on_three_workers_equal_one_worker(workers, tmp_path):
+  local = _run("experiments.idp_fedavg", [*IDP_ARGS, "--rounds=4",
+                                          f"--output_dir={tmp_path / 'local'}"])
+  assert local.returncode == 0, local.stderr[-3000:]
+  addresses = ",".join(w.address for w in workers(3))
+  remote = _run("experiments.idp_fedavg", [*IDP_ARGS, "--rounds=4", f"--workers={addresses}",
+                                           f"--output_dir={tmp_path / 'fleet'}"])
+  assert remote.returncode == 0, remote.stderr[-3000:]
+  for run in ("34-43-23", "scale-34-43-23"):
+    for name in ("metrics.csv", "diagnostics.csv"):  # ledger ε, clip, cohort sizes
+      _assert_same_metrics(_metrics(tmp_path / "local" / run / "seed0" / name),
+                           _metrics(tmp_path / "fleet" / run / "seed0" / name))
+
+
+@pytest.mark.slow
+def test_rpdp_on_three_workers_equals_one_worker(workers, tmp_path):
+  args = ["--num_clients=4", "--users_per_silo=3", "--rounds=2", "--local_steps=2",
+          "--seeds=0", "--eval_every=1", "--methods=ours", "--insecure_reproducible_noise"]
+  local = _run("experiments.rpdp", [*args, f"--output_dir={tmp_path / 'local'}"])
+  assert local.returncode == 0, local.stderr[-3000:]
+  addresses = ",".join(w.address for w in workers(3))
+  remote = _run("experiments.rpdp", [*args, f"--workers={addresses}",
+                                     f"--output_dir={tmp_path / 'fleet'}"])
+  assert remote.returncode == 0, remote.stderr[-3000:]
+  for name in ("metrics.csv", "diagnostics.csv"):
+    _assert_same_metrics(_metrics(tmp_path / "local" / "ours" / "seed0" / name),
+                         _metrics(tmp_path / "fleet" / "ours" / "seed0" / name))
+
+
+def _run_until_killed(args, victim: Worker, metrics_path, rows=2):
+  proc = subprocess.Popen([sys.executable, "-m", "experiments.idp_fedavg", "--progress=false",
+                           *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=_env(), cwd=ROOT, stdin=subprocess.DEVNULL)
+  try:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+      if metrics_path.exists() and len(metrics_path.read_text().splitlines()) > rows:
+        break
+      time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    os.kill(victim.binary_pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  return proc.returncode, out, err
+
+
+@pytest.mark.slow
+def test_killed_worker_fails_the_round_by_name_and_a_rerun_resumes(workers, tmp_path):
+  args = [*IDP_ARGS, "--runs=idp", "--rounds=8"]
+  reference = _run("experiments.idp_fedavg", [*args, f"--output_dir={tmp_path / 'ref'}"])
+  assert reference.returncode == 0, reference.stderr[-3000:]
+  pair = workers(2)
+  out_dir = tmp_path / "fleet"
+  fleet_args = [*args, f"--workers={','.join(w.address for w in pair)}",
+                f"--output_dir={out_dir}"]
+  metrics = out_dir / "34-43-23" / "seed0" / "metrics.csv"
+  code, _, err = _run_until_killed(fleet_args, pair[1], metrics)
+  assert code == 2, err[-3000:]
+  assert err.strip().splitlines()[-1].startswith(f"error: TFF worker {pair[1].address}"), err
+  assert _wait_dead(pair[1].binary_pid)
+  assert pair[1].proc.wait(timeout=30) == 1  # its supervisor saw the worker die
+  rows_after_fault = len(_metrics(metrics))
+  assert 2 <= rows_after_fault < 8  # no partial round was recorded
+  workers(1, pair[1].port)  # the replacement, at the same address
+  resumed = _run("experiments.idp_fedavg", fleet_args)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  _assert_same_metrics(_metrics(tmp_path / "ref" / "34-43-23" / "seed0" / "metrics.csv"),
+                       _metrics(metrics))
+
+
+@pytest.mark.slow
+def test_worker_retries_finish_the_run_on_the_workers_left(workers, tmp_path):
+  args = [*IDP_ARGS, "--runs=idp", "--rounds=6"]
+  reference = _run("experiments.idp_fedavg", [*args, f"--output_dir={tmp_path / 'ref'}"])
+  assert reference.returncode == 0, reference.stderr[-3000:]
+  pair = workers(2)
+  out_dir = tmp_path / "fleet"
+  code, _, err = _run_until_killed(
+      [*args, f"--workers={','.join(w.address for w in pair)}", "--worker_retries=1",
+       f"--output_dir={out_dir}"], pair[0], out_dir / "34-43-23" / "seed0" / "metrics.csv")
+  assert code == 0, err[-3000:]
+  assert f"worker {pair[0].address} failed" in err and "retrying" in err, err[-3000:]
+  _assert_same_metrics(_metrics(tmp_path / "ref" / "34-43-23" / "seed0" / "metrics.csv"),
+                       _metrics(out_dir / "34-43-23" / "seed0" / "metrics.csv"))
