@@ -47,6 +47,7 @@ import tensorflow as tf  # noqa: F401  (imported before absl.app.run, see README
 from datasets import synthetic
 from experiments import common
 from experiments import privacy_flags
+from experiments import worker_flags
 from tff_idp import cli
 from tff_idp import models
 from tff_idp import runtime
@@ -81,6 +82,7 @@ _LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", 2, "Local epochs per round.
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/audit", "Where runs and the table go.")
 _RESTART = flags.DEFINE_bool("restart", False, "Discard earlier checkpoints and metrics.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Progress bars.")
+worker_flags.define()
 
 privacy_flags.define(release_only=False)
 
@@ -180,7 +182,7 @@ def main(argv):
     for label, spec, canaries, miscal in runs:
       common.validate(_config(spec, _run_dir(output_dir, label), canaries),
                       len(train.client_ids))
-    with runtime.execution_context():
+    with runtime.execution_context(**worker_flags.runtime_kwargs()):
       for label, spec, canaries, miscal in runs:
         config = _config(spec, _run_dir(output_dir, label), canaries)
         print(f"\n{label}{' — ' + controls.BROKEN_LABEL if miscal else ''}")

@@ -333,3 +333,46 @@ def test_worker_retries_finish_the_run_on_the_workers_left(workers, tmp_path):
   assert f"worker {pair[0].address} failed" in err and "retrying" in err, err[-3000:]
   _assert_same_metrics(_metrics(tmp_path / "ref" / "34-43-23" / "seed0" / "metrics.csv"),
                        _metrics(out_dir / "34-43-23" / "seed0" / "metrics.csv"))
+
+
+def test_worker_that_stops_answering_hits_the_deadline(workers):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def total(x):
+    return tff.federated_sum(x)
+
+  (w,) = workers(1)
+  with runtime.ExecutionRuntime(workers=[w.address], rpc_timeout_s=3,
+                                install_signal_handlers=False):
+    assert float(total([1.0])) == 1.0
+    os.kill(w.binary_pid, signal.SIGSTOP)
+    try:
+      start = time.monotonic()
+      with pytest.raises(fleet.WorkerError, match=f"{w.address} did not answer"):
+        total([1.0, 2.0])
+      assert time.monotonic() - start < 30
+    finally:
+      os.kill(w.binary_pid, signal.SIGCONT)
+
+
+def test_computation_with_dependent_aggregations_is_refused_by_name(workers):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+
+  @tff.tensorflow.computation(np.float32, np.float32)
+  def centred(x, mean):
+    return x - mean
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def spread(x):  # a second sum that needs the first one's result
+    mean = tff.federated_mean(x)
+    return tff.federated_sum(tff.federated_map(centred, (x, tff.federated_broadcast(mean))))
+
+  (w,) = workers(1)
+  with runtime.ExecutionRuntime(workers=[w.address], install_signal_handlers=False):
+    with pytest.raises(fleet.NotMergeableError, match="cannot run on a fleet"):
+      spread([1.0, 2.0])
