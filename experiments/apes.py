@@ -107,6 +107,7 @@ privacy_flags.define(release_only=False)
 })
 def main(argv):
   del argv
+  fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
   unknown = set(_FRAMEWORKS.value) - set(apes_runs.FRAMEWORKS)
@@ -138,7 +139,7 @@ def main(argv):
         f"T = {training.rounds}, {training.local_epochs} local epochs, "
         f"μ = {training.proximal_strength:g}, bound: {accounting.bound}, "
         f"δ_s = {accounting.shuffle_delta:.2g}, δ = {accounting.delta:g}", flush=True)
-  with runtime.execution_context(device=_DEVICE.value, **worker_flags.runtime_kwargs()):
+  with runtime.execution_context(device=_DEVICE.value, **fleet_kwargs):
     rows = apes_runs.run_frameworks(
         _FRAMEWORKS.value, federation, epsilons, training, accounting, _SEED.value,
         _OUTPUT_DIR.value, eval_every=_EVAL_EVERY.value,

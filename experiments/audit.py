@@ -158,6 +158,7 @@ def summarize(rows: list[dict]) -> str:
 @cli.entry
 def main(argv):
   del argv
+  fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
   names = [n for n in _CONTROLS.value if n]
@@ -182,7 +183,7 @@ def main(argv):
     for label, spec, canaries, miscal in runs:
       common.validate(_config(spec, _run_dir(output_dir, label), canaries),
                       len(train.client_ids))
-    with runtime.execution_context(**worker_flags.runtime_kwargs()):
+    with runtime.execution_context(**fleet_kwargs):
       for label, spec, canaries, miscal in runs:
         config = _config(spec, _run_dir(output_dir, label), canaries)
         print(f"\n{label}{' — ' + controls.BROKEN_LABEL if miscal else ''}")

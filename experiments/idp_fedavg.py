@@ -145,6 +145,7 @@ worker_flags.define()
 @cli.entry
 def main(argv):
   del argv
+  fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
   config = common.TrainingConfig(
@@ -196,7 +197,7 @@ def main(argv):
         f"c={config.clients_per_round:g}, δ={config.delta:g}, {config.accountant}")
   try:
     common.validate(config, len(train.client_ids))
-    with runtime.execution_context(device=_DEVICE.value, **worker_flags.runtime_kwargs()):
+    with runtime.execution_context(device=_DEVICE.value, **fleet_kwargs):
       results = common.run_all(config, train, model_fn, keras_builder, test_x, test_y)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)

@@ -263,6 +263,7 @@ def run(p: PaperPreset) -> int:
   try:
     # Flag and data errors first: these need no TensorFlow and fail in a second.
     v = resolved_flags(p)
+    fleet_kwargs = worker_flags.runtime_kwargs(v)
     split, pending = _find_split(p, v)
   except (ValueError, FileNotFoundError, sources.SourceNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
@@ -307,7 +308,7 @@ def run(p: PaperPreset) -> int:
         f"c={config.clients_per_round:g}, ε {'-'.join(v['budgets'])}, δ={config.delta:g}, "
         f"{config.accountant}", flush=True)
   try:
-    with runtime.execution_context(device=v["device"], **worker_flags.runtime_kwargs(v)):
+    with runtime.execution_context(device=v["device"], **fleet_kwargs):
       results = common.run_all(config, train, model_fn, keras_builder, test_x, test_y,
                                eval_batch_size=v["eval_batch_size"])
   except ValueError as e:

@@ -266,6 +266,7 @@ def make_distribution():
 @cli.entry
 def main(argv):
   del argv
+  fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
   try:
@@ -341,7 +342,7 @@ def main(argv):
         f"{described}; T={params.rounds}, τ={params.local_steps}, "
         f"λ={params.client_rate:g}, σ={params.noise_multiplier:g}, L={_CLIP.value:g}, "
         f"δ={params.delta:g}, {params.threat_model}, local: {local_algorithm}")
-  with runtime.execution_context(device=_DEVICE.value, **worker_flags.runtime_kwargs()):
+  with runtime.execution_context(device=_DEVICE.value, **fleet_kwargs):
     try:
       results = run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
                     _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,

@@ -376,3 +376,21 @@ def test_computation_with_dependent_aggregations_is_refused_by_name(workers):
   with runtime.ExecutionRuntime(workers=[w.address], install_signal_handlers=False):
     with pytest.raises(fleet.NotMergeableError, match="cannot run on a fleet"):
       spread([1.0, 2.0])
+
+
+@pytest.mark.parametrize("module,base", [
+    ("experiments.rpdp", ["--num_clients=2", "--users_per_silo=2", "--rounds=1"]),
+    ("experiments.idp_fedavg", ["--runs=idp", "--seeds=0", "--rounds=1", "--num_clients=60"]),
+])
+def test_bad_worker_flags_fail_with_advice(module, base, tmp_path):
+  from tests import flag_driver  # pylint: disable=g-import-not-at-top
+  cases = [(["--workers=localhost"], "not host:port"),
+           (["--worker_retries=1"], "--worker_retries apply to remote workers only"),
+           (["--workers=a:1", "--worker_tls_cert=c.pem", "--worker_tls_key=k.pem"],
+            "needs --worker_tls_ca"),
+           (["--worker_rpc_timeout_s=0"], "--worker_rpc_timeout_s=0.*> 0"),
+           (["--worker_retries=-1"], "--worker_retries=-1.*>= 0")]
+  results = flag_driver.run_bad_flags(module, [f"--output_dir={tmp_path}", *base],
+                                      [a for a, _ in cases])
+  for result, (_, pattern) in zip(results, cases):
+    flag_driver.assert_fails_with_advice(result, pattern)
