@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_scf
 	$(PY) -m benchmarks.bench_ino_step
 	$(PY) -m benchmarks.bench_round_throughput
+	$(PY) -m benchmarks.bench_workers
 
 clean:
 	rm -rf $(VENV) runs

@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from tests import processes
+
 from tff_idp import fleet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,21 +62,8 @@ class Worker:
     return self.proc.returncode
 
 
-def _alive(pid: int) -> bool:
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      return f.read().split(")")[-1].split()[0] != "Z"
-  except FileNotFoundError:
-    return False
-
-
-def _wait_dead(pid: int, timeout: float = 15.0) -> bool:
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline:
-    if not _alive(pid):
-      return True
-    time.sleep(0.1)
-  return False
+_alive = processes.alive
+_wait_dead = processes.wait_dead
 
 
 @pytest.fixture
@@ -276,6 +265,13 @@ def test_rpdp_on_three_workers_equals_one_worker(workers, tmp_path):
                          _metrics(tmp_path / "fleet" / "ours" / "seed0" / name))
 
 
+def _reference_metrics(args, tmp_path) -> list:
+  """metrics.csv of the same run, uninterrupted, on one local worker."""
+  reference = _run("experiments.idp_fedavg", [*args, f"--output_dir={tmp_path / 'ref'}"])
+  assert reference.returncode == 0, reference.stderr[-3000:]
+  return _metrics(tmp_path / "ref" / "34-43-23" / "seed0" / "metrics.csv")
+
+
 def _run_until_killed(args, victim: Worker, metrics_path, rows=2):
   proc = subprocess.Popen([sys.executable, "-m", "experiments.idp_fedavg", "--progress=false",
                            *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -298,8 +294,7 @@ def _run_until_killed(args, victim: Worker, metrics_path, rows=2):
 @pytest.mark.slow
 def test_killed_worker_fails_the_round_by_name_and_a_rerun_resumes(workers, tmp_path):
   args = [*IDP_ARGS, "--runs=idp", "--rounds=8"]
-  reference = _run("experiments.idp_fedavg", [*args, f"--output_dir={tmp_path / 'ref'}"])
-  assert reference.returncode == 0, reference.stderr[-3000:]
+  reference = _reference_metrics(args, tmp_path)
   pair = workers(2)
   out_dir = tmp_path / "fleet"
   fleet_args = [*args, f"--workers={','.join(w.address for w in pair)}",
@@ -315,15 +310,13 @@ def test_killed_worker_fails_the_round_by_name_and_a_rerun_resumes(workers, tmp_
   workers(1, pair[1].port)  # the replacement, at the same address
   resumed = _run("experiments.idp_fedavg", fleet_args)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  _assert_same_metrics(_metrics(tmp_path / "ref" / "34-43-23" / "seed0" / "metrics.csv"),
-                       _metrics(metrics))
+  _assert_same_metrics(reference, _metrics(metrics))
 
 
 @pytest.mark.slow
 def test_worker_retries_finish_the_run_on_the_workers_left(workers, tmp_path):
   args = [*IDP_ARGS, "--runs=idp", "--rounds=6"]
-  reference = _run("experiments.idp_fedavg", [*args, f"--output_dir={tmp_path / 'ref'}"])
-  assert reference.returncode == 0, reference.stderr[-3000:]
+  reference = _reference_metrics(args, tmp_path)
   pair = workers(2)
   out_dir = tmp_path / "fleet"
   code, _, err = _run_until_killed(
@@ -331,8 +324,7 @@ def test_worker_retries_finish_the_run_on_the_workers_left(workers, tmp_path):
        f"--output_dir={out_dir}"], pair[0], out_dir / "34-43-23" / "seed0" / "metrics.csv")
   assert code == 0, err[-3000:]
   assert f"worker {pair[0].address} failed" in err and "retrying" in err, err[-3000:]
-  _assert_same_metrics(_metrics(tmp_path / "ref" / "34-43-23" / "seed0" / "metrics.csv"),
-                       _metrics(out_dir / "34-43-23" / "seed0" / "metrics.csv"))
+  _assert_same_metrics(reference, _metrics(out_dir / "34-43-23" / "seed0" / "metrics.csv"))
 
 
 def test_worker_that_stops_answering_hits_the_deadline(workers):

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from tests import processes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHILD = textwrap.dedent("""
@@ -41,22 +43,8 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _alive(pid: int) -> bool:
-  """True if ``pid`` runs and is not a zombie."""
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      return f.read().split(")")[-1].split()[0] != "Z"
-  except FileNotFoundError:
-    return False
-
-
-def _wait_dead(pid: int, timeout: float = 15.0) -> bool:
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline:
-    if not _alive(pid):
-      return True
-    time.sleep(0.1)
-  return False
+_alive = processes.alive
+_wait_dead = processes.wait_dead
 
 
 def _start(mode: str) -> subprocess.Popen:

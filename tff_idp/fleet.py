@@ -52,7 +52,7 @@ _LOG = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 DEFAULT_RPC_TIMEOUT_S = 600.0
-_GRPC_OPTIONS = [
+GRPC_OPTIONS = [  # messages up to 2 GB (model weights, client datasets)
     ("grpc.max_message_length", 2 * 1000 * 1000 * 1000),
     ("grpc.max_receive_message_length", 2 * 1000 * 1000 * 1000),
     ("grpc.max_send_message_length", 2 * 1000 * 1000 * 1000),
@@ -124,8 +124,8 @@ def parse_addresses(spec: Sequence[str] | str) -> list[str]:
 
 def open_channel(address: str, tls: Optional[TlsConfig] = None) -> grpc.Channel:
   if tls is None:
-    return grpc.insecure_channel(address, _GRPC_OPTIONS)
-  options = list(_GRPC_OPTIONS)
+    return grpc.insecure_channel(address, GRPC_OPTIONS)
+  options = list(GRPC_OPTIONS)
   if tls.server_name:
     options.append(("grpc.ssl_target_name_override", tls.server_name))
   return grpc.secure_channel(address, tls.credentials(), options)

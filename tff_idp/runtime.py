@@ -58,11 +58,6 @@ _PR_SET_PDEATHSIG = 1
 _STARTUP_TIMEOUT_S = 60.0
 _SIGNAL_LOCK_TIMEOUT_S = 5.0
 _WATCHDOG_POLL_S = 0.2
-_GRPC_OPTIONS = [
-    ("grpc.max_message_length", 2 * 1000 * 1000 * 1000),
-    ("grpc.max_receive_message_length", 2 * 1000 * 1000 * 1000),
-    ("grpc.max_send_message_length", 2 * 1000 * 1000 * 1000),
-]
 
 
 def worker_binary_path() -> str:
@@ -330,7 +325,7 @@ class ExecutionRuntime:
             f"--max_concurrent_computation_calls={self.max_concurrent_computation_calls}"]),
         stdin=subprocess.DEVNULL, stdout=out, stderr=out, close_fds=True,
         env=self._worker_env())
-    channel = grpc.insecure_channel(f"localhost:{self._port}", _GRPC_OPTIONS)
+    channel = grpc.insecure_channel(f"localhost:{self._port}", fleet.GRPC_OPTIONS)
     self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
     deadline = time.monotonic() + _STARTUP_TIMEOUT_S
     while not self._stub.is_ready:

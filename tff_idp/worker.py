@@ -78,9 +78,9 @@ class TlsForwarder:
   def __init__(self, port: int, target: str, cert: bytes, key: bytes,
                client_ca: Optional[bytes] = None, max_workers: int = 16):
     from concurrent import futures  # pylint: disable=g-import-not-at-top
-    self._channel = grpc.insecure_channel(target, runtime.fleet._GRPC_OPTIONS)  # pylint: disable=protected-access
+    self._channel = grpc.insecure_channel(target, runtime.fleet.GRPC_OPTIONS)
     self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
-                               options=runtime.fleet._GRPC_OPTIONS)  # pylint: disable=protected-access
+                               options=runtime.fleet.GRPC_OPTIONS)
     self._server.add_generic_rpc_handlers((self._Handler(self._channel),))
     credentials = grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=client_ca,
