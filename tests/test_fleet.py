@@ -35,6 +35,12 @@ def _free_port() -> int:
   return portpicker.pick_unused_port()
 
 
+def _start_workers(n: int, port=None, *extra) -> list:
+  """n workers started at once (they import TensorFlow in parallel)."""
+  started = [Worker(port, *extra) for _ in range(n)]
+  return [w.wait_ready() for w in started]
+
+
 class Worker:
   """One ``python -m tff_idp.worker`` started by a test, stopped by PID."""
 
@@ -44,12 +50,16 @@ class Worker:
         [sys.executable, "-m", "tff_idp.worker", f"--port={self.port}", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT,
         stdin=subprocess.DEVNULL)
+    self.address = f"localhost:{self.port}"
+    self.binary_pid = None
+
+  def wait_ready(self) -> "Worker":
     line = self.proc.stdout.readline()
     if "pid" not in line:
       self.stop()
       raise AssertionError(f"worker did not start: {line} {self.proc.stderr.read()[-2000:]}")
     self.binary_pid = int(line.split("pid ")[1].split(")")[0])
-    self.address = f"localhost:{self.port}"
+    return self
 
   def stop(self, sig=signal.SIGTERM) -> int:
     if self.proc.poll() is None:
@@ -66,12 +76,23 @@ _alive = processes.alive
 _wait_dead = processes.wait_dead
 
 
+@pytest.fixture(scope="module")
+def shared_fleet():
+  """Three loopback workers for the tests that do not stop or kill any."""
+  started = _start_workers(3)
+  yield [w.address for w in started]
+  for w in started:
+    w.stop()
+  for w in started:
+    assert _wait_dead(w.binary_pid), f"worker_binary {w.binary_pid} outlived its tests"
+
+
 @pytest.fixture
 def workers():
   started = []
 
   def start(n=1, port=None, *extra):
-    new = [Worker(port, *extra) for _ in range(n)]
+    new = _start_workers(n, port, *extra)
     started.extend(new)
     return new
 
@@ -187,7 +208,7 @@ def test_worker_module_refuses_a_missing_port():
   assert proc.returncode == 2 and "--port is required" in proc.stderr
 
 
-def test_federated_sum_over_three_workers(workers):
+def test_federated_sum_over_three_workers(shared_fleet):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_idp import runtime  # pylint: disable=g-import-not-at-top
@@ -196,12 +217,10 @@ def test_federated_sum_over_three_workers(workers):
   def total(x):
     return tff.federated_sum(x)
 
-  fleet_workers = workers(3)
-  with runtime.ExecutionRuntime(workers=[w.address for w in fleet_workers],
-                                install_signal_handlers=False) as rt:
+  with runtime.ExecutionRuntime(workers=shared_fleet, install_signal_handlers=False) as rt:
     assert float(total([1.0, 2.0, 3.0, 4.0, 5.0])) == 15.0
     assert float(total([7.0])) == 7.0  # fewer clients than workers
-    assert rt.context.live_workers == [w.address for w in fleet_workers]
+    assert rt.context.live_workers == shared_fleet
 
 
 def test_tls_and_mutual_tls(workers, tmp_path):
@@ -236,11 +255,11 @@ def test_tls_and_mutual_tls(workers, tmp_path):
 
 # ------------------------------------------------------ end to end (slow)
 @pytest.mark.slow
-def test_idp_fedavg_and_scale_on_three_workers_equal_one_worker(workers, tmp_path):
+def test_idp_fedavg_and_scale_on_three_workers_equal_one_worker(shared_fleet, tmp_path):
   local = _run("experiments.idp_fedavg", [*IDP_ARGS, "--rounds=4",
                                           f"--output_dir={tmp_path / 'local'}"])
   assert local.returncode == 0, local.stderr[-3000:]
-  addresses = ",".join(w.address for w in workers(3))
+  addresses = ",".join(shared_fleet)
   remote = _run("experiments.idp_fedavg", [*IDP_ARGS, "--rounds=4", f"--workers={addresses}",
                                            f"--output_dir={tmp_path / 'fleet'}"])
   assert remote.returncode == 0, remote.stderr[-3000:]
@@ -251,12 +270,12 @@ def test_idp_fedavg_and_scale_on_three_workers_equal_one_worker(workers, tmp_pat
 
 
 @pytest.mark.slow
-def test_rpdp_on_three_workers_equals_one_worker(workers, tmp_path):
+def test_rpdp_on_three_workers_equals_one_worker(shared_fleet, tmp_path):
   args = ["--num_clients=4", "--users_per_silo=3", "--rounds=2", "--local_steps=2",
           "--seeds=0", "--eval_every=1", "--methods=ours", "--insecure_reproducible_noise"]
   local = _run("experiments.rpdp", [*args, f"--output_dir={tmp_path / 'local'}"])
   assert local.returncode == 0, local.stderr[-3000:]
-  addresses = ",".join(w.address for w in workers(3))
+  addresses = ",".join(shared_fleet)
   remote = _run("experiments.rpdp", [*args, f"--workers={addresses}",
                                      f"--output_dir={tmp_path / 'fleet'}"])
   assert remote.returncode == 0, remote.stderr[-3000:]
@@ -350,7 +369,7 @@ def test_worker_that_stops_answering_hits_the_deadline(workers):
       os.kill(w.binary_pid, signal.SIGCONT)
 
 
-def test_computation_with_dependent_aggregations_is_refused_by_name(workers):
+def test_computation_with_dependent_aggregations_is_refused_by_name(shared_fleet):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_idp import runtime  # pylint: disable=g-import-not-at-top
@@ -364,8 +383,7 @@ def test_computation_with_dependent_aggregations_is_refused_by_name(workers):
     mean = tff.federated_mean(x)
     return tff.federated_sum(tff.federated_map(centred, (x, tff.federated_broadcast(mean))))
 
-  (w,) = workers(1)
-  with runtime.ExecutionRuntime(workers=[w.address], install_signal_handlers=False):
+  with runtime.ExecutionRuntime(workers=shared_fleet, install_signal_handlers=False):
     with pytest.raises(fleet.NotMergeableError, match="cannot run on a fleet"):
       spread([1.0, 2.0])
 

@@ -239,8 +239,11 @@ def _own_loop_context_class():
       self._inner = inner
       self.address = address
       self._runner = async_utils.AsyncThreadRunner()
+      self.arg_filter: Optional[Callable] = None  # (comp, arg) -> arg
 
     async def invoke(self, comp, arg):
+      if self.arg_filter is not None:
+        arg = self.arg_filter(comp, arg)
       return await self._runner.await_coro_and_return_result(
           self._inner.invoke(comp, arg))
 
@@ -262,6 +265,10 @@ class FleetContext:
     self.retries = int(retries)
     self._make_worker_context = make_worker_context
     self._worker_contexts = {a: make_worker_context(a) for a in self.addresses}
+    self._server_only_after_merge: dict[int, tuple] = {}
+    for context in self._worker_contexts.values():
+      if hasattr(context, "arg_filter"):
+        context.arg_filter = self._drop_client_values_after_merge
     self._live = list(self.addresses)
     self._wait_fn = wait_fn
     self._lock = threading.Lock()
@@ -279,12 +286,49 @@ class FleetContext:
     # pylint: enable=g-import-not-at-top
     context = mcec.MergeableCompExecutionContext(
         async_contexts=[self._worker_contexts[a] for a in self._live],
-        compiler_fn=_compile_or_explain(mergeable_comp_compiler.compile_to_mergeable_comp_form))
+        compiler_fn=_compile_or_explain(mergeable_comp_compiler.compile_to_mergeable_comp_form,
+                                        self._register_after_merge))
     loop = context._async_runner._event_loop  # pylint: disable=protected-access
     loop.set_exception_handler(_quiet_about_worker_errors)
     if self._wait_fn is not None:
       context._async_runner = _WatchedRunner(context._async_runner, self._wait_fn)  # pylint: disable=protected-access
     return context
+
+  def _register_after_merge(self, form) -> None:
+    """Remembers ``after_merge`` computations whose result has no CLIENTS part.
+
+    TFF passes ``after_merge`` the round's whole original argument, client
+    datasets included, so they would be shipped to a worker twice. Without
+    aggregations (MergeableCompForm forbids them there) nothing CLIENTS-placed
+    can reach a SERVER-placed result, so for such an ``after_merge`` the
+    CLIENTS-placed inputs are replaced by empty lists: same result, data
+    shipped once (see ``benchmarks/bench_workers.py``).
+    """
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.core.impl.types import placements
+    from tensorflow_federated.python.core.impl.types import type_analysis
+    # pylint: enable=g-import-not-at-top
+    after = form.after_merge
+    param = form.up_to_merge.type_signature.parameter
+    if param is None:
+      return
+
+    def not_at_clients(t) -> bool:
+      return not (getattr(t, "placement", None) is placements.CLIENTS and not t.all_equal)
+
+    if type_analysis.contains_only(after.type_signature.result, not_at_clients):
+      self._server_only_after_merge[id(after)] = (after, param)
+
+  def _drop_client_values_after_merge(self, comp, arg):
+    entry = self._server_only_after_merge.get(id(comp))
+    if entry is None or entry[0] is not comp:
+      return arg
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.common_libs import structure
+    # pylint: enable=g-import-not-at-top
+    original, merged = structure.to_elements(arg)
+    return structure.Struct.unnamed(_without_client_values(original[1], entry[1]),
+                                    merged[1])
 
   def invoke(self, comp, arg):
     attempt = 0
@@ -315,12 +359,35 @@ def _quiet_about_worker_errors(loop, context: dict) -> None:
   loop.default_exception_handler(context)
 
 
-def _compile_or_explain(compile_fn):
+def _without_client_values(value, type_spec):
+  """``value`` with every non-all-equal CLIENTS-placed part replaced by ``[]``."""
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.common_libs import structure
+  from tensorflow_federated.python.core.impl.types import computation_types
+  from tensorflow_federated.python.core.impl.types import placements
+  # pylint: enable=g-import-not-at-top
+  if isinstance(type_spec, computation_types.StructType):
+    elements = structure.iter_elements(structure.from_container(value))
+    return structure.Struct([
+        (name, _without_client_values(v, t)) for (_, v), (name, t) in
+        zip(elements, structure.iter_elements(type_spec))])
+  if (isinstance(type_spec, computation_types.FederatedType)
+      and type_spec.placement is placements.CLIENTS and not type_spec.all_equal):
+    return []
+  return value
+
+
+def _compile_or_explain(compile_fn, on_compiled: Optional[Callable] = None):
   """Wraps the mergeable-form compiler so a refusal names the computation."""
 
   def compile_mergeable(comp):
     try:
-      return compile_fn(comp)
+      form = compile_fn(comp)
+      if on_compiled is not None:
+        on_compiled(form)
+      return form
+    except NotMergeableError:
+      raise
     except Exception as e:  # pylint: disable=broad-except
       raise NotMergeableError(
           f"TFF computation {comp.type_signature} cannot run on a fleet: it cannot "
