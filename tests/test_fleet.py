@@ -173,16 +173,16 @@ def test_worker_flags_without_workers_are_refused():
   assert kw["workers"] == ["a:1", "b:2"] and kw["worker_retries"] == 1 and kw["tls"] is None
 
 
-def test_unreachable_worker_is_named_within_the_timeout():
+def test_unreachable_workers_are_named_within_the_timeout():
   from tff_idp import runtime  # pylint: disable=g-import-not-at-top
-  dead = f"localhost:{_free_port()}"
-  rt = runtime.ExecutionRuntime(workers=[dead], connect_timeout_s=2,
+  dead = [f"localhost:{_free_port()}" for _ in range(3)]
+  rt = runtime.ExecutionRuntime(workers=dead, connect_timeout_s=2,
                                 install_signal_handlers=False)
   start = time.monotonic()
-  with pytest.raises(fleet.WorkerError, match=dead) as e:
+  with pytest.raises(fleet.WorkerError, match=", ".join(dead)) as e:
     rt.start()
-  assert time.monotonic() - start < 15
-  assert e.value.address == dead
+  assert time.monotonic() - start < 8  # one timeout for all, not one each
+  assert e.value.address == ",".join(dead)
   rt.close()
 
 

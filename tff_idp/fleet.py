@@ -42,6 +42,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
+import time
 from typing import Callable, Optional, Sequence
 
 import grpc
@@ -134,12 +135,13 @@ def open_channel(address: str, tls: Optional[TlsConfig] = None) -> grpc.Channel:
 def wait_until_ready(channels: dict[str, grpc.Channel], timeout_s: float) -> None:
   """Waits for all channels at once; names every worker not ready in time."""
   futures = {a: grpc.channel_ready_future(ch) for a, ch in channels.items()}
+  deadline = time.monotonic() + timeout_s
   missing = []
   for address, future in futures.items():
-    try:
-      future.result(timeout=timeout_s)
-      timeout_s = 0.01  # the others had the same time to connect
+    try:  # all connect at once: together they wait at most timeout_s
+      future.result(timeout=max(0.01, deadline - time.monotonic()))
     except grpc.FutureTimeoutError:
+      future.cancel()
       missing.append(address)
   if missing:
     raise WorkerError(
