@@ -364,6 +364,9 @@ def settings_strategy(draw):
 @example(D5_SETTING)
 # Once missed the cohort by 0.5% when the exact check let the rate rise.
 @example(([9.651599519954003], [1199], 1e-07, 150, 1.0))
+# Once failed the tightness check: q = 1.09e-7 for the strict group, where
+# dp-accounting's ε is 0 at q and at 1.002·q (RDP underflow), not monotone.
+@example(([0.3046875, 5.5], [2, 1], 1e-07, 1, 1.0))
 def test_random_settings_meet_every_budget_or_raise(setting):
   eps, sizes, delta, rounds, c = setting
   try:
@@ -386,9 +389,10 @@ def test_random_settings_meet_every_budget_or_raise(setting):
       achieved = dp_rdp_epsilon_fast(q, sigma, rounds, delta)
       assert achieved <= target
       # Nearly the largest rate within budget (Alg. 1's getSampleRate): the
-      # budget is nearly used, or 0.2% more q already exceeds it. Below ~1e-7
-      # dp-accounting's ε is not reliably monotone in q, so that is skipped.
-      if q < 1.0 and q >= 1e-7 and achieved < (1 - 2e-3) * target:
+      # budget is nearly used, or 0.2% more q already exceeds it. Below ~1e-7,
+      # and wherever dp-accounting's RDP underflows to ε = 0, its ε is not
+      # reliably monotone in q, so tightness is not checked there.
+      if q < 1.0 and q >= 1e-7 and 0 < achieved < (1 - 2e-3) * target:
         assert dp_rdp_epsilon_fast(q * (1 + 2e-3), sigma, rounds, delta) > target
   if all(q < 1.0 for q in cal.sampling_rates):
     # Alg. 1's cohort condition holds unless some group is capped at q = 1.
