@@ -6,7 +6,9 @@ the cohort size every round, so this runs ≥ 200 rounds of DP-FedAvg with
 Poisson sampling padded to multiples of 8 (what ``RoundDriver`` does), each
 on a fresh ``ExecutionRuntime`` (its own TFF worker) in one Python process,
 and reports per-round time and resident memory (Python process + TFF worker)
-early vs late in the run, as ratios.
+early vs late in the run, as ratios. (a)-(c) train the clients as TFF client
+computations (``client_execution="tff"``); (d) ``poisson_padded_in_process``
+is (c) with the experiments' default, in-process client training (issue 14).
 
 The TFF worker alone is also reported after warm-up: its mean RSS over
 rounds 40-60 against the last 20 rounds (``worker_flatness``, target ≤ 1.05)
@@ -68,19 +70,21 @@ def main(rounds: int = 240, before_fix: bool = False) -> dict:
                                  y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(60, 10), spec)
   results = {}
-  process = build_idp_fedavg_process(
+  build = lambda execution: build_idp_fedavg_process(  # noqa: E731
       model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
       noise_multiplier=1.0, expected_clients_per_round=cohort,
-      aggregator_kwargs=dict(noise_seed=0))
+      aggregator_kwargs=dict(noise_seed=0), client_execution=execution)
+  processes = {"tff": build("tff"), "in_process": build("in_process")}
   empty = train.create_tf_dataset_for_client(ids[0]).take(0).batch(16)
-  modes = ["fixed", "poisson", "poisson_padded"]
+  modes = ["fixed", "poisson", "poisson_padded", "poisson_padded_in_process"]
   if before_fix:
     modes.append("poisson_padded_before_fix")
   for mode in modes:
     # Pre-fix worker: glibc malloc with default arenas, executors kept until LRU-evicted.
     kwargs = (dict(worker_allocator="glibc", malloc_arena_max=None, executor_idle_calls=None)
               if mode.endswith("before_fix") else {})
+    process = processes["in_process" if mode.endswith("in_process") else "tff"]
     with runtime.execution_context(**kwargs) as rt:
       rng = np.random.default_rng(0)
       state = process.initialize()

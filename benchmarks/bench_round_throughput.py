@@ -8,11 +8,15 @@ synthetic data and the same model, in one Python process:
 
 * ``stock TFF``: ``tff.learning.dp_aggregator`` + ``build_unweighted_fed_avg``
   (run on a default ``ExecutionRuntime``, so its worker ends with the run);
-* ``tff_idp default``: ``build_idp_fedavg_process`` in ``ExecutionRuntime()``
-  (``max_concurrent_computation_calls=-1``: no limit);
-* ``tff_idp, k=1/2/4``: the same with ``max_concurrent_computation_calls=k``;
-* ``tff_idp, k=2, intra-op 1``: k=2 with ``TF_NUM_INTRAOP_THREADS=1`` in the
-  worker's environment (a thread-setting probe);
+* ``before issue 14``: the same DP-FedAvg as ``build_idp_fedavg_process``
+  built before issue 14, with TFF's default ``DATASET_REDUCE`` client loop;
+* ``client_execution=tff``: ``build_idp_fedavg_process`` with the clients as
+  TFF client computations (now with the ``DATASET_ITERATOR`` loop), at the
+  worker's default concurrency and at ``max_concurrent_computation_calls=2``;
+* ``client_execution=in_process``: the clients train in this process
+  (``tff_idp.training.in_process``) with ``parallel_clients`` = 1 and the
+  default (the core count, at most 4); the aggregator and server update run
+  in TFF. This is the default of the experiments;
 * ``Keras ceiling``: ``model.fit`` over the same samples (all clients' data
   pooled), the same epochs and batch size, measured before and after the TFF
   entries.
@@ -24,16 +28,20 @@ epochs / round seconds, the median of ``--rounds`` rounds after one warm-up
 round, each entry on its own ``ExecutionRuntime`` (its own TFF worker).
 Worker CPU (from /proc) over wall time shows how many of the cores it kept busy.
 
-The round-time breakdown (tff_idp default runtime) times the dataset
-construction, the Python-side serialisation of the client datasets (what TFF
-does to send them to the worker), and ``process.next`` at 10/20/30 clients,
-with training and with 0 local epochs (the same data shipped, nothing
-trained), and fits round time = a + b × clients to each: b with 0 epochs is
-the per-client fixed overhead; a is the per-round fixed cost.
+The round-time breakdown has three parts. (1) The TFF client path
+(``client_execution=tff``): dataset construction, the Python-side
+serialisation of the client datasets (what TFF does to send them to the
+worker), and ``process.next`` at 10/20/30 clients, with training and with 0
+local epochs (the same data shipped, nothing trained), fitted to round time
+= a + b × clients: b with 0 epochs is the per-client fixed overhead, a the
+per-round fixed cost. (2) The default in-process round by stage (datasets,
+client training, the TFF server step, the rest) plus one evaluation of the
+released model. (3) The record-level (rPDP-FL) round against a plain DP-SGD
+loop over the same expected samples (``record_level_entry``).
 
   python -m benchmarks.bench_round_throughput [--rounds=3] [--clients=30]
       [--examples=100] [--epochs=5] [--shape=32,32,3] [--breakdown_clients=10,20,30]
-      [--no_breakdown]
+      [--no_breakdown] [--no_record_level]
 """
 from __future__ import annotations
 
@@ -104,17 +112,25 @@ class Workload:
 
 def build_processes(w: Workload) -> dict:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_idp.aggregators import AdaptiveClipDPMeanFactory  # pylint: disable=g-import-not-at-top
   from tff_idp.training.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
   adam = lambda: tff.learning.optimizers.build_adam(learning_rate=CLIENT_LR)
   sgd = lambda: tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   stock = tff.learning.algorithms.build_unweighted_fed_avg(
       w.model_fn, client_optimizer_fn=adam(), server_optimizer_fn=sgd(),
       model_aggregator=tff.learning.dp_aggregator(NOISE_MULTIPLIER, w.clients))
-  ours = build_idp_fedavg_process(
+  # What build_idp_fedavg_process built before issue 14: TFF's default client loop.
+  before = tff.learning.algorithms.build_weighted_fed_avg(
+      w.model_fn, adam(), sgd(), client_weighting=tff.learning.ClientWeighting.UNIFORM,
+      model_aggregator=AdaptiveClipDPMeanFactory(NOISE_MULTIPLIER, w.clients, noise_seed=0),
+      loop_implementation=tff.learning.LoopImplementation.DATASET_REDUCE)
+  ours = lambda **kw: build_idp_fedavg_process(  # noqa: E731
       w.model_fn, client_optimizer=adam(), server_optimizer=sgd(),
       noise_multiplier=NOISE_MULTIPLIER, expected_clients_per_round=w.clients,
-      aggregator_kwargs=dict(noise_seed=0))
-  return {"stock": stock, "ours": ours}
+      aggregator_kwargs=dict(noise_seed=0), **kw)
+  return {"stock": stock, "before": before, "tff": ours(client_execution="tff"),
+          "in_process_1": ours(client_execution="in_process", parallel_clients=1),
+          "in_process": ours(client_execution="in_process")}
 
 
 def run_rounds(process, w: Workload, rt, n: int, rounds: int, epochs=None,
@@ -155,6 +171,114 @@ def run_rounds(process, w: Workload, rt, n: int, rounds: int, epochs=None,
   return out
 
 
+def stage_breakdown(process, w: Workload, rt, n: int, rounds: int,
+                    eval_examples: int = 10_000) -> dict:
+  """Seconds per stage of the default (in-process) round, medians over ``rounds``.
+
+  Stages: building the client pipelines; local training of all clients (in
+  this process); the server step (one TFF call: shipping the updates to the
+  worker, per-client clipping, the noised sum and count bit, the server
+  optimizer); the rest of ``next``; and, separately, one evaluation of the
+  released model on ``eval_examples`` held-out examples (the driver's
+  ``keras_evaluator``, run every ``eval_every`` rounds).
+  """
+  from tff_idp.training import evaluation  # pylint: disable=g-import-not-at-top
+  timers = {"clients_s": 0.0, "server_step_s": 0.0}
+  train_clients, server_step = process._train_clients, process.server_step  # pylint: disable=protected-access
+
+  def timed(fn, key):
+    def call(*args):
+      t0 = time.perf_counter()
+      try:
+        return fn(*args)
+      finally:
+        timers[key] += time.perf_counter() - t0
+    return call
+
+  process._train_clients = timed(train_clients, "clients_s")  # pylint: disable=protected-access
+  process.server_step = timed(server_step, "server_step_s")
+  rng = np.random.default_rng(1)
+  test_x = (rng.integers(0, 256, (eval_examples,) + w.shape).astype(np.float32)
+            if w.shape[-1] == 3 else rng.random((eval_examples,) + w.shape, np.float32))
+  test_y = rng.integers(0, NUM_CLASSES, eval_examples).astype(np.int32)
+  evaluate = evaluation.keras_evaluator(w.builder, test_x, test_y, 1024)
+  rows = []
+  try:
+    state = process.initialize()
+    for r in range(1 + rounds):
+      timers.update(clients_s=0.0, server_step_s=0.0)
+      t0 = time.perf_counter()
+      data = w.datasets(n, r)
+      t1 = time.perf_counter()
+      state = process.next(state, data).state
+      t2 = time.perf_counter()
+      evaluate(process.get_model_weights(state))
+      t3 = time.perf_counter()
+      if r > 0:
+        rows.append({"datasets_s": t1 - t0, **timers,
+                     "rest_of_next_s": (t2 - t1) - sum(timers.values()),
+                     "evaluation_s": t3 - t2})
+  finally:
+    process._train_clients, process.server_step = train_clients, server_step  # pylint: disable=protected-access
+  return {"clients": n, "eval_examples": eval_examples,
+          **{k: float(np.median([row[k] for row in rows])) for k in rows[0]}}
+
+
+RECORD_STEPS, RECORD_RATE, RECORD_LR, RECORD_CLIP = 10, 0.5, 0.05, 1.0
+
+
+def record_level_entry(w: Workload, rt, rounds: int) -> dict:
+  """rPDP-FL's round vs a plain DP-SGD loop over the same expected samples.
+
+  The round: ``build_rpdp_fedavg_process`` (TFF client work), every client
+  with all its records at rate q = ``RECORD_RATE`` and ``RECORD_STEPS``
+  local Poisson DP-SGD steps (σ = 1, L = 1, SGD). Expected samples per round:
+  clients × steps × q × examples. The loop: the same DP-SGD step function
+  (``dp_sgd.build_local_dp_sgd``) in this process, one model, clients ×
+  steps steps over all records pooled, at the rate that gives the same
+  expected batch.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top
+  from tff_idp.client_work import process as record_process  # pylint: disable=g-import-not-at-top
+  sgd = lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr)  # noqa: E731
+  process = record_process.build_rpdp_fedavg_process(
+      w.model_fn, client_optimizer=sgd(RECORD_LR), server_optimizer=sgd(1.0),
+      local_steps=RECORD_STEPS, noise_multiplier=1.0, clip_norm=RECORD_CLIP)
+  q = np.full(w.examples, RECORD_RATE, np.float32)
+  state = process.initialize()
+  round_s = []
+  for r in range(1 + rounds):
+    t0 = time.perf_counter()
+    data = [record_process.record_dataset(w.x[i], w.y[i], q, (r, i))
+            for i in range(w.clients)]
+    state = process.next(state, data).state
+    if r > 0:
+      round_s.append(time.perf_counter() - t0)
+  model = w.model_fn()
+  steps = w.clients * RECORD_STEPS
+  loop = dp_sgd.build_local_dp_sgd(model, sgd(RECORD_LR), steps, 1.0, RECORD_CLIP)
+  x_all = w.x.reshape((-1,) + w.shape)
+  y_all = w.y.reshape(-1)
+  q_all = np.full(len(y_all), RECORD_RATE * w.examples / len(y_all), np.float32)
+  weights = tf.nest.map_structure(lambda v: v.numpy(),
+                                  tff.learning.models.ModelWeights.from_model(model))
+  loop_s = []
+  for r in range(1 + rounds):
+    t0 = time.perf_counter()
+    delta, _ = loop(weights, x_all, y_all, q_all, tf.constant([r, 0], tf.int64))
+    tf.nest.map_structure(lambda t: t.numpy(), delta)
+    if r > 0:
+      loop_s.append(time.perf_counter() - t0)
+  expected = w.clients * RECORD_STEPS * RECORD_RATE * w.examples
+  round_med, loop_med = float(np.median(round_s)), float(np.median(loop_s))
+  return {"local_steps": RECORD_STEPS, "rate": RECORD_RATE, "expected_samples": expected,
+          "round_s": round_med, "rounds_s_all": round_s, "loop_s": loop_med,
+          "loop_s_all": loop_s, "round_samples_per_s": expected / round_med,
+          "loop_samples_per_s": expected / loop_med, "ratio_to_loop": loop_med / round_med}
+
+
 def keras_ceiling(w: Workload, reps: int) -> list[float]:
   """Seconds per ``model.fit`` over all clients' samples × epochs (after warm-up)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -187,7 +311,7 @@ def _fit_line(ns, ts) -> dict:
 
 def main(rounds: int = 3, clients: int = 30, examples: int = 100, epochs: int = 5,
          shape=(32, 32, 3), breakdown_clients=(10, 20, 30), breakdown: bool = True,
-         out_path=None) -> dict:
+         record_level: bool = True, out_path=None) -> dict:
   """Runs every entry (and the breakdown); writes partial results to ``out_path``."""
   import logging  # pylint: disable=g-import-not-at-top
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
@@ -210,18 +334,17 @@ def main(rounds: int = 3, clients: int = 30, examples: int = 100, epochs: int = 
   procs = build_processes(w)
   res["process_build_s"] = time.perf_counter() - t0
 
+  from tff_idp.training import in_process  # pylint: disable=g-import-not-at-top
+  k = in_process.default_parallel_clients()
   entries = [
       ("stock TFF (dp_aggregator + build_unweighted_fed_avg)", "stock", {}),
-      ("tff_idp default (ExecutionRuntime())", "ours", {}),
-      ("tff_idp, max_concurrent_computation_calls=1", "ours",
-       dict(max_concurrent_computation_calls=1)),
-      ("tff_idp, max_concurrent_computation_calls=2", "ours",
+      ("tff_idp before issue 14 (TFF client work, DATASET_REDUCE loop)", "before", {}),
+      ("tff_idp, client_execution=tff (TFF client work, DATASET_ITERATOR loop)", "tff", {}),
+      ("tff_idp, client_execution=tff, max_concurrent_computation_calls=2", "tff",
        dict(max_concurrent_computation_calls=2)),
-      ("tff_idp, max_concurrent_computation_calls=4", "ours",
-       dict(max_concurrent_computation_calls=4)),
-      ("tff_idp, k=2, worker TF_NUM_INTRAOP_THREADS=1", "ours",
-       dict(max_concurrent_computation_calls=2,
-            worker_env={"TF_NUM_INTRAOP_THREADS": "1"})),
+      ("tff_idp, client_execution=in_process, parallel_clients=1", "in_process_1", {}),
+      (f"tff_idp default (client_execution=in_process, parallel_clients={k})",
+       "in_process", {}),
   ]
   for name, proc, kwargs in entries:
     t0 = time.perf_counter()
@@ -231,7 +354,8 @@ def main(rounds: int = 3, clients: int = 30, examples: int = 100, epochs: int = 
     res["entries"][name] = r
     _save(res, out_path)
     print(f"{name}: round {r['round_s']:.2f} s, {samples / r['round_s']:.0f} samples/s, "
-          f"worker {r['worker_cores_busy']:.2f} cores", flush=True)
+          f"worker {r['worker_cores_busy']:.2f} cores, Python "
+          f"{r['python_cores_busy_during_next']:.2f} cores", flush=True)
 
   keras_after = keras_ceiling(w, rounds)
   res["keras_after_s"] = keras_after
@@ -251,8 +375,8 @@ def main(rounds: int = 3, clients: int = 30, examples: int = 100, epochs: int = 
     bd = {"with_training": {}, "no_training": {}}
     with runtime.ExecutionRuntime(install_signal_handlers=False) as rt:
       for n in breakdown_clients:
-        bd["with_training"][n] = run_rounds(procs["ours"], w, rt, n, rounds, serialize=True)
-        bd["no_training"][n] = run_rounds(procs["ours"], w, rt, n, rounds, epochs=0,
+        bd["with_training"][n] = run_rounds(procs["tff"], w, rt, n, rounds, serialize=True)
+        bd["no_training"][n] = run_rounds(procs["tff"], w, rt, n, rounds, epochs=0,
                                           serialize=True)
         _save({**res, "breakdown_partial": bd}, out_path)
         print(f"breakdown n={n}: next {bd['with_training'][n]['next_s']:.2f} s, 0 epochs "
@@ -267,6 +391,15 @@ def main(rounds: int = 3, clients: int = 30, examples: int = 100, epochs: int = 
     bd["keras_s_per_client"] = keras_s / clients  # pure compute for one client's samples
     res["breakdown"] = bd
     _save(res, out_path)
+    with runtime.ExecutionRuntime(install_signal_handlers=False) as rt:
+      res["stages"] = stage_breakdown(procs["in_process"], w, rt, clients, rounds)
+    print(f"stages (default): {res['stages']}", flush=True)
+    _save(res, out_path)
+  if record_level:
+    with runtime.ExecutionRuntime(install_signal_handlers=False) as rt:
+      res["record_level"] = record_level_entry(w, rt, rounds)
+    print(f"record level: {res['record_level']}", flush=True)
+    _save(res, out_path)
   res["total_wall_s"] = time.perf_counter() - t_start
   return res
 
@@ -277,16 +410,31 @@ def _tables(res: dict) -> str:
            f"{c['batch']}, inputs {'×'.join(map(str, c['shape']))}, median of {c['rounds']} "
            f"rounds after 1 warm-up, {c['cpu_count']} cores", "",
            "| entry | round s (of which datasets) | samples/s (range) | × Keras | "
-           "worker cores busy |", "|---|---:|---:|---:|---:|"]
+           "worker cores busy | Python cores busy |", "|---|---:|---:|---:|---:|---:|"]
   for name, r in res["entries"].items():
     lo, hi = r["samples_per_s_range"]
     lines.append(f"| {name} | {r['round_s']:.2f} ({r['dataset_build_s']:.3f}) | "
                  f"{r['samples_per_s']:,.0f} ({lo:,.0f}–{hi:,.0f}) | "
-                 f"{r['ratio_to_keras']:.2f}× | {r['worker_cores_busy']:.2f} |")
+                 f"{r['ratio_to_keras']:.2f}× | {r['worker_cores_busy']:.2f} | "
+                 f"{r['python_cores_busy_during_next']:.2f} |")
   kb, ka = res["keras_samples_per_s_before_after"]
   lines.append(f"| plain `model.fit` (ceiling) | {res['keras_s']:.2f} | "
                f"{res['keras_samples_per_s']:,.0f} (before {kb:,.0f}, after {ka:,.0f}) | "
-               f"1.00× | – |")
+               f"1.00× | – | – |")
+  st = res.get("stages")
+  if st:
+    lines += ["", f"Default round, {st['clients']} clients (medians): datasets "
+              f"{st['datasets_s']:.3f} s, client training (in process) {st['clients_s']:.2f} s, "
+              f"server step (TFF: updates shipped, clipping, noise, server optimizer) "
+              f"{st['server_step_s']:.3f} s, rest of next {st['rest_of_next_s']:.3f} s; one "
+              f"evaluation on {st['eval_examples']:,} examples {st['evaluation_s']:.2f} s"]
+  rl = res.get("record_level")
+  if rl:
+    lines += ["", f"Record level (rPDP-FL, TFF client work): round {rl['round_s']:.2f} s = "
+              f"{rl['round_samples_per_s']:,.0f} samples/s; plain DP-SGD loop "
+              f"{rl['loop_s']:.2f} s = {rl['loop_samples_per_s']:,.0f} samples/s; "
+              f"ratio {rl['ratio_to_loop']:.2f}× ({rl['expected_samples']:,.0f} expected "
+              f"samples, {rl['local_steps']} steps at q = {rl['rate']})"]
   bd = res.get("breakdown")
   if bd:
     lines += ["", "| clients | datasets built (Python) s | datasets serialised (Python) s | "
@@ -320,10 +468,12 @@ def _parse(argv) -> dict:
       kw["breakdown_clients"] = tuple(int(v) for v in value.split(","))
     elif key == "no_breakdown":
       kw["breakdown"] = False
+    elif key == "no_record_level":
+      kw["record_level"] = False
     else:
       raise SystemExit(f"error: unknown argument {arg!r} (use --rounds= --clients= "
                        "--examples= --epochs= --shape=32,32,3 --breakdown_clients=10,20,30 "
-                       "--no_breakdown)")
+                       "--no_breakdown --no_record_level)")
   return kw
 
 

@@ -159,6 +159,7 @@ def summarize(rows: list[dict]) -> str:
 def main(argv):
   del argv
   fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
+  worker_flags.training_kwargs(audit_canaries=1)  # canary clients are TFF client work
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
   names = [n for n in _CONTROLS.value if n]

@@ -146,6 +146,8 @@ worker_flags.define()
 def main(argv):
   del argv
   fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
+  execution_kwargs = worker_flags.training_kwargs(
+      audit_canaries=audit_flags.values()[audit_flags.AUDIT_CANARIES])
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
   config = common.TrainingConfig(
@@ -164,7 +166,7 @@ def main(argv):
       release_only=privacy_flags.release_only(),
       clipped_count_stddev=_CLIPPED_COUNT_STDDEV.value,
       initial_clip=_INITIAL_CLIP.value, head=_HEAD.value, restart=_RESTART.value,
-      **audit_flags.values())
+      **audit_flags.values(), **execution_kwargs)
   privacy_flags.announce()
   config.output_dir = cli.prepare_output_dir(config.output_dir)
   if _DATASET.value == "synthetic":

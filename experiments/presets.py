@@ -202,7 +202,8 @@ def _config(p: PaperPreset, v: dict):
       max_rate=v["max_rate"], progress=v["progress"],
       insecure_reproducible_noise=v[privacy_flags.INSECURE],
       release_only=v[privacy_flags.RELEASE_ONLY], restart=v["restart"],
-      audit_canaries=v[audit_flags.AUDIT_CANARIES], audit_seed=v[audit_flags.AUDIT_SEED])
+      audit_canaries=v[audit_flags.AUDIT_CANARIES], audit_seed=v[audit_flags.AUDIT_SEED],
+      **worker_flags.training_kwargs(v, v[audit_flags.AUDIT_CANARIES]))
 
 
 def paper_table(p: PaperPreset, partition: str, results: list[dict],
@@ -264,6 +265,7 @@ def run(p: PaperPreset) -> int:
     # Flag and data errors first: these need no TensorFlow and fail in a second.
     v = resolved_flags(p)
     fleet_kwargs = worker_flags.runtime_kwargs(v)
+    worker_flags.training_kwargs(v, v[audit_flags.AUDIT_CANARIES])  # fails before any work
     split, pending = _find_split(p, v)
   except (ValueError, FileNotFoundError, sources.SourceNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -16,7 +16,8 @@ from tff_idp import fleet
 
 WORKERS = "workers"
 _NAMES = ("workers", "worker_retries", "worker_connect_timeout_s", "worker_rpc_timeout_s",
-          "worker_tls_ca", "worker_tls_cert", "worker_tls_key", "worker_tls_server_name")
+          "worker_tls_ca", "worker_tls_cert", "worker_tls_key", "worker_tls_server_name",
+          "client_execution", "parallel_clients")
 
 
 def define() -> None:
@@ -44,11 +45,44 @@ def define() -> None:
   flags.DEFINE_string("worker_tls_key", None, "Key (PEM) of --worker_tls_cert.")
   flags.DEFINE_string("worker_tls_server_name", None,
                       "Name to check the workers' certificates against (default: the host).")
+  flags.DEFINE_enum(
+      "client_execution", "auto", ["auto", "in_process", "tff"],
+      "Where IDP-FedAvg clients train. in_process: in this process, several at once "
+      "(faster; the aggregator and server update still run in TFF, unchanged); tff: "
+      "as TFF client computations on the worker(s). auto: tff with --workers or "
+      "--audit_canaries, in_process otherwise. Other algorithms always use tff.")
+  flags.DEFINE_integer(
+      "parallel_clients", None,
+      "With in-process client execution: clients trained at once, each on its own "
+      "model copy (default: the core count, at most 4).")
 
 
 def values() -> dict:
   """The flags' values by name (for modules that resolve flags into a dict)."""
   return {name: flags.FLAGS[name].value for name in _NAMES}
+
+
+def training_kwargs(v: Optional[dict] = None, audit_canaries: int = 0) -> dict:
+  """``client_execution`` and ``parallel_clients`` of ``TrainingConfig``, ``auto`` resolved.
+
+  ``auto`` is ``tff`` with ``--workers`` (the clients must train on the
+  fleet) or ``--audit_canaries`` (the canary clients are TFF client work),
+  and ``in_process`` otherwise.
+  """
+  v = values() if v is None else v
+  execution = v["client_execution"]
+  if execution == "auto":
+    execution = "tff" if v["workers"] or audit_canaries else "in_process"
+  elif execution == "in_process" and v["workers"]:
+    raise ValueError("--client_execution=in_process trains the clients in this process, "
+                     "not on --workers; use --client_execution=tff (or auto) with --workers.")
+  elif execution == "in_process" and audit_canaries:
+    raise ValueError("--audit_canaries needs --client_execution=tff (or auto): the canary "
+                     "clients run as TFF client work.")
+  if v["parallel_clients"] is not None and execution != "in_process":
+    raise ValueError("--parallel_clients applies to in-process client execution only; "
+                     "drop it, or use --client_execution=in_process.")
+  return dict(client_execution=execution, parallel_clients=v["parallel_clients"])
 
 
 def runtime_kwargs(v: Optional[dict] = None) -> dict:

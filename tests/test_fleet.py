@@ -126,9 +126,11 @@ def _run(module, args, timeout=600):
                         cwd=ROOT, stdin=subprocess.DEVNULL)
 
 
+# --client_execution=tff: the local reference runs TFF's client work too
+# (its in-process equivalent is compared in tests/training/test_in_process.py).
 IDP_ARGS = ["--runs=idp,scale", "--seeds=0", "--num_clients=60", "--clients_per_round=10",
             "--clipped_count_stddev=2", "--eval_every=2", "--checkpoint_every=1",
-            "--insecure_reproducible_noise"]
+            "--insecure_reproducible_noise", "--client_execution=tff"]
 
 
 # ---------------------------------------------------------------- fast checks

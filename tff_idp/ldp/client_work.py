@@ -58,6 +58,7 @@ from tensorflow_federated.python.learning.templates import proximal_client_work
 from tff_idp.errors import ToolkitValueError
 from tff_idp.ldp import clip_laplace, debias, sparsify
 from tff_idp.privacy_randomness import PrivacyRandomness
+from tff_idp.training.process import CLIENT_LOOP
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 MECHANISMS = ("none", "clip_laplace", "sparse_clip_laplace", "laplace")
@@ -213,7 +214,7 @@ def build_ldp_client_work(
     update_fn = proximal_client_work.build_model_delta_update_with_tff_optimizer(
         model_fn, weighting=tff.learning.ClientWeighting.UNIFORM,
         delta_l2_regularizer=mu,
-        loop_implementation=tff.learning.LoopImplementation.DATASET_REDUCE)
+        loop_implementation=CLIENT_LOOP)
     result, _ = update_fn(client_optimizer, initial_weights, data)  # metrics stay here
     report = randomize(result.update, mechanism, epsilon,
                        clip_laplace.round_seed(seed, round_num), clip=clip, keep=keep)

@@ -40,6 +40,7 @@ from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.sampling import PoissonClientSampler
 from tff_idp.training import evaluation
 from tff_idp.training import group_metrics
+from tff_idp.training import in_process
 from tff_idp.training import paired_stats
 from tff_idp.training import privacy_plan
 from tff_idp.training.driver import RoundDriver
@@ -92,6 +93,12 @@ class TrainingConfig:
   # groups, inserted half, their sampling): the auditor's randomness.
   audit_canaries: int = 0
   audit_seed: int = 0
+  # Where the clients train (``build_idp_fedavg_process(client_execution=)``):
+  # "in_process" (this process, ``parallel_clients`` at once; the aggregator
+  # and server update run in TFF) or "tff" (TFF client computations). "auto":
+  # tff when auditing (canary clients are TFF client work), else in_process.
+  client_execution: str = "auto"
+  parallel_clients: Optional[int] = None
 
 
 def build_optimizer(name: str, lr: float) -> tff.learning.optimizers.Optimizer:
@@ -155,6 +162,21 @@ def validate(config: TrainingConfig, num_clients: int) -> None:
                                        plan.group_sizes)  # raises with advice
   if config.audit_canaries < 0:
     raise ValueError(f"--audit_canaries={config.audit_canaries} must be >= 0 (0 = off).")
+  if config.client_execution not in ("auto",) + in_process.CLIENT_EXECUTIONS:
+    raise ValueError(f"client_execution={config.client_execution!r} must be auto, "
+                     f"{' or '.join(in_process.CLIENT_EXECUTIONS)}.")
+  if config.client_execution == "in_process" and config.audit_canaries:
+    raise ValueError("the audit's canary clients run as TFF client work: use "
+                     "client_execution='tff' (or 'auto') with audit_canaries.")
+  if config.parallel_clients is not None:
+    in_process.check_parallel_clients(config.parallel_clients)
+
+
+def resolved_client_execution(config: TrainingConfig) -> str:
+  """``config.client_execution`` with ``auto`` resolved (see ``TrainingConfig``)."""
+  if config.client_execution == "auto":
+    return "tff" if config.audit_canaries > 0 else "in_process"
+  return config.client_execution
 
 
 def _clip_kwargs(config: TrainingConfig) -> dict:
@@ -284,7 +306,9 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
             aggregator_kwargs=dict(aggregator_kwargs or {}, **plan.aggregator_kwargs(),
                                    **_clip_kwargs(config), clipped_count_stddev=sigma_b)
             if plan.noise_multiplier is not None else None,
-            audit_canaries=audit)
+            audit_canaries=audit,
+            client_execution=resolved_client_execution(config),
+            parallel_clients=config.parallel_clients)
       scales = (dict(zip(client_ids, plan.client_clip_scales.tolist()))
                 if plan.client_clip_scales is not None else None)
       run_dir = os.path.join(config.output_dir, spec.name, f"seed{seed}")
@@ -331,6 +355,8 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
       histories.append(history)
       finals.append(history[-1]["eval_accuracy"])
       eps_spent = plan.ledger.spent() if plan.ledger is not None else None
+    if isinstance(process, in_process.InProcessLearningProcess):
+      process.close()
     results.append(dict(plan_summary, seeds=list(config.seeds), final_accuracies=finals,
                         mean_accuracy=float(np.mean(finals)),
                         std_accuracy=float(np.std(finals, ddof=1)) if len(finals) > 1
