@@ -288,7 +288,7 @@ def main(rounds=3, clients=30, examples=100, epochs=5, shape=(32, 32, 3),
           "allocator": runtime.find_worker_allocator(),
           "same_for": "the local worker and every loopback worker"}},
       "entries": {}}
-  process = brt.build_processes(w)["ours"]
+  process = brt.build_processes(w)["tff"]  # the clients must run on the workers
   workers: list[LoopbackWorker] = []
   local_pids = []  # the baseline's worker_binary, stopped by its ExecutionRuntime
   try:

@@ -83,6 +83,7 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/audit", "Where runs and th
 _RESTART = flags.DEFINE_bool("restart", False, "Discard earlier checkpoints and metrics.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Progress bars.")
 worker_flags.define()
+worker_flags.define_client_execution()
 
 privacy_flags.define(release_only=False)
 

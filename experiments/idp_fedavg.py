@@ -140,6 +140,7 @@ _CLIPPED_COUNT_STDDEV = flags.DEFINE_float(
 privacy_flags.define()
 audit_flags.define()
 worker_flags.define()
+worker_flags.define_client_execution()
 
 
 @cli.entry

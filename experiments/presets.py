@@ -144,6 +144,7 @@ def define_flags(p: PaperPreset) -> None:
   privacy_flags.define()
   audit_flags.define()
   worker_flags.define()
+  worker_flags.define_client_execution()
   if p.comparisons:
     flags.DEFINE_enum("comparison", None, list(p.comparisons),
                       "aldaghri: ε 0.6-∞-∞ at 95-0-5 with --max_rate=0.1 (Sec. VI).")
@@ -179,6 +180,7 @@ _FLAG_NAMES = frozenset([
     "split_dir", "download", "dataset", "output_dir", "eval_every", "eval_batch_size",
     "checkpoint_every", "allow_overrun", "max_rate", "device", "progress", "comparison",
     "restart", audit_flags.AUDIT_CANARIES, audit_flags.AUDIT_SEED, *worker_flags._NAMES,  # pylint: disable=protected-access
+    *worker_flags.EXECUTION_NAMES,
     privacy_flags.INSECURE, privacy_flags.RELEASE_ONLY])
 
 

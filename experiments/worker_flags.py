@@ -16,8 +16,9 @@ from tff_idp import fleet
 
 WORKERS = "workers"
 _NAMES = ("workers", "worker_retries", "worker_connect_timeout_s", "worker_rpc_timeout_s",
-          "worker_tls_ca", "worker_tls_cert", "worker_tls_key", "worker_tls_server_name",
-          "client_execution", "parallel_clients")
+          "worker_tls_ca", "worker_tls_cert", "worker_tls_key", "worker_tls_server_name")
+# IDP-FedAvg's modules only (``define_client_execution``).
+EXECUTION_NAMES = ("client_execution", "parallel_clients")
 
 
 def define() -> None:
@@ -45,12 +46,20 @@ def define() -> None:
   flags.DEFINE_string("worker_tls_key", None, "Key (PEM) of --worker_tls_cert.")
   flags.DEFINE_string("worker_tls_server_name", None,
                       "Name to check the workers' certificates against (default: the host).")
+
+
+def define_client_execution() -> None:
+  """``--client_execution`` and ``--parallel_clients`` (IDP-FedAvg modules; once per process)."""
+  if "client_execution" in flags.FLAGS:
+    return
   flags.DEFINE_enum(
       "client_execution", "auto", ["auto", "in_process", "tff"],
       "Where IDP-FedAvg clients train. in_process: in this process, several at once "
-      "(faster; the aggregator and server update still run in TFF, unchanged); tff: "
-      "as TFF client computations on the worker(s). auto: tff with --workers or "
-      "--audit_canaries, in_process otherwise. Other algorithms always use tff.")
+      "(faster for conv nets; the aggregator and server update still run in TFF, "
+      "unchanged); tff: as TFF client computations on the worker(s). auto: tff with "
+      "--workers, --audit_canaries or a model under 10,000 parameters (TFF's concurrent "
+      "client computations are faster there), in_process otherwise. Other algorithms "
+      "always use tff.")
   flags.DEFINE_integer(
       "parallel_clients", None,
       "With in-process client execution: clients trained at once, each on its own "
@@ -59,29 +68,30 @@ def define() -> None:
 
 def values() -> dict:
   """The flags' values by name (for modules that resolve flags into a dict)."""
-  return {name: flags.FLAGS[name].value for name in _NAMES}
+  return {name: flags.FLAGS[name].value for name in _NAMES + EXECUTION_NAMES
+          if name in flags.FLAGS}
 
 
 def training_kwargs(v: Optional[dict] = None, audit_canaries: int = 0) -> dict:
-  """``client_execution`` and ``parallel_clients`` of ``TrainingConfig``, ``auto`` resolved.
+  """``client_execution`` and ``parallel_clients`` of ``TrainingConfig``.
 
-  ``auto`` is ``tff`` with ``--workers`` (the clients must train on the
-  fleet) or ``--audit_canaries`` (the canary clients are TFF client work),
-  and ``in_process`` otherwise.
+  ``auto`` becomes ``tff`` with ``--workers`` (the clients must train on the
+  fleet); otherwise ``TrainingConfig`` resolves it (``tff`` with
+  ``--audit_canaries`` or a small model, ``in_process`` otherwise).
   """
   v = values() if v is None else v
   execution = v["client_execution"]
-  if execution == "auto":
-    execution = "tff" if v["workers"] or audit_canaries else "in_process"
+  if execution == "auto" and v["workers"]:
+    execution = "tff"
   elif execution == "in_process" and v["workers"]:
     raise ValueError("--client_execution=in_process trains the clients in this process, "
                      "not on --workers; use --client_execution=tff (or auto) with --workers.")
   elif execution == "in_process" and audit_canaries:
     raise ValueError("--audit_canaries needs --client_execution=tff (or auto): the canary "
                      "clients run as TFF client work.")
-  if v["parallel_clients"] is not None and execution != "in_process":
+  if v["parallel_clients"] is not None and execution == "tff":
     raise ValueError("--parallel_clients applies to in-process client execution only; "
-                     "drop it, or use --client_execution=in_process.")
+                     "drop it, or use --client_execution=in_process (or auto).")
   return dict(client_execution=execution, parallel_clients=v["parallel_clients"])
 
 

@@ -69,7 +69,8 @@ def run_idp_fedavg(split, *, output_dir: str,
                    clipped_count_stddev: Optional[float] = None,
                    eval_every: int = 5, checkpoint_every: int = 5,
                    device: str = "cpu", progress: bool = True,
-                   own_runtime: bool = True) -> RunResult:
+                   own_runtime: bool = True, client_execution: str = "auto",
+                   parallel_clients: Optional[int] = None) -> RunResult:
   """IDP-FedAvg (SAMPLE) and its baselines on ``split``; see the module doc.
 
   Args:
@@ -84,6 +85,10 @@ def run_idp_fedavg(split, *, output_dir: str,
       or your own zero-argument Keras builder returning logits.
     head: "softmax" or "sigmoid" (binary labels).
     clipped_count_stddev: σ_b of adaptive clipping's count (default 0.05·c).
+    client_execution, parallel_clients: where the clients train ("auto" =
+      "in_process": in this process, ``parallel_clients`` at once; "tff": as
+      TFF client computations, e.g. on a fleet runtime you pass in with
+      ``own_runtime=False``); see ``build_idp_fedavg_process``.
     Other arguments: as the ``experiments.idp_fedavg`` flags of the same names.
   """
   from tff_idp import models  # pylint: disable=g-import-not-at-top
@@ -100,7 +105,8 @@ def run_idp_fedavg(split, *, output_dir: str,
       server_learning_rate=float(server_learning_rate), client_optimizer=client_optimizer,
       delta=float(delta), accountant=accountant, output_dir=output_dir,
       eval_every=int(eval_every), checkpoint_every=int(checkpoint_every), progress=progress,
-      clipped_count_stddev=clipped_count_stddev, head=head)
+      clipped_count_stddev=clipped_count_stddev, head=head,
+      client_execution=client_execution, parallel_clients=parallel_clients)
   train = split.train_client_data()
   runs_lib.validate(config, len(train.client_ids))
   test_x, test_y = split.test_arrays()

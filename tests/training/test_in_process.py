@@ -248,3 +248,53 @@ def test_experiment_metrics_equal_the_tff_runs(tmp_path):
           if k in ("seconds", "privacy_warning") or ra[k] == rb[k]:
             continue
           assert float(ra[k]) == pytest.approx(float(rb[k]), rel=1e-4, abs=1e-6), (run, k)
+
+
+# ------------------------------------------------ choosing the execution, flags
+def _config(**kwargs):
+  from tff_idp.training import idp_fedavg_runs  # pylint: disable=g-import-not-at-top
+  base = dict(budgets=[1.0], ratios=[1.0], runs=["idp"], seeds=[0], rounds=1,
+              clients_per_round=2, local_epochs=1, batch_size=4, client_learning_rate=0.1,
+              server_learning_rate=1.0, client_optimizer="sgd", delta=1e-5,
+              accountant="rdp", output_dir="/nonexistent", eval_every=1, checkpoint_every=1)
+  return idp_fedavg_runs.TrainingConfig(**base, **kwargs)
+
+
+def test_auto_trains_large_models_in_process_and_small_ones_and_audits_in_tff():
+  from tff_idp.training import idp_fedavg_runs as runs  # pylint: disable=g-import-not-at-top
+  threshold = runs.IN_PROCESS_MIN_PARAMETERS
+  assert runs.resolved_client_execution(_config(), threshold) == "in_process"
+  assert runs.resolved_client_execution(_config(), threshold - 1) == "tff"
+  assert runs.resolved_client_execution(_config(audit_canaries=6), 10**6) == "tff"
+  assert runs.resolved_client_execution(_config(client_execution="in_process"), 10) == \
+      "in_process"
+  assert runs.resolved_client_execution(_config(client_execution="tff"), 10**6) == "tff"
+  # The paper's CNN is above the threshold, the main job's models are below it.
+  assert models.build_idp_fedavg_cnn((28, 28, 1), 10).count_params() >= threshold
+  assert models.builder_for((60,), 10, "auto")().count_params() < threshold
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(client_execution="gpu"), "must be auto, tff or in_process"),
+    (dict(client_execution="in_process", audit_canaries=6), "canary clients"),
+    (dict(parallel_clients=0), "whole number >= 1"),
+])
+def test_config_refuses_bad_execution_settings(kwargs, match):
+  from tff_idp.training import idp_fedavg_runs  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match=match):
+    idp_fedavg_runs.validate(_config(**kwargs), num_clients=10)
+
+
+def test_bad_execution_flags_fail_with_advice(tmp_path):
+  from tests import flag_driver  # pylint: disable=g-import-not-at-top
+  cases = [(["--client_execution=in_process", "--workers=a:1"], "not on --workers"),
+           (["--client_execution=tff", "--parallel_clients=2"], "applies to in-process"),
+           (["--workers=a:1", "--parallel_clients=2"], "applies to in-process"),
+           (["--parallel_clients=0"], "--parallel_clients=0.*>= 1"),
+           (["--client_execution=in_process", "--audit_canaries=6"],
+            "needs --client_execution=tff")]
+  results = flag_driver.run_bad_flags(
+      "experiments.idp_fedavg", [f"--output_dir={tmp_path}", "--runs=idp", "--seeds=0",
+                                 "--rounds=1", "--num_clients=60"], [a for a, _ in cases])
+  for result, (_, pattern) in zip(results, cases):
+    flag_driver.assert_fails_with_advice(result, pattern)
