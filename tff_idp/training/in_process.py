@@ -42,7 +42,7 @@ from __future__ import annotations
 import collections
 from concurrent import futures
 import os
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
