@@ -146,13 +146,9 @@ def build_idp_fedavg_process(
       audit_canaries=audit_canaries)
   if client_execution == "tff":
     return process
-  if noise_multiplier is None:
-    factory = _nonprivate_mean()
-    weighting = tff.learning.ClientWeighting.NUM_EXAMPLES
-  else:
-    factory = AdaptiveClipDPMeanFactory(noise_multiplier, expected_clients_per_round,
-                                        **(aggregator_kwargs or {}))
-    weighting = tff.learning.ClientWeighting.UNIFORM
+  factory = _model_aggregator(noise_multiplier, expected_clients_per_round, aggregator_kwargs)
+  weighting = (tff.learning.ClientWeighting.NUM_EXAMPLES if noise_multiplier is None
+               else tff.learning.ClientWeighting.UNIFORM)
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn)
   copies = parallel_clients or in_process.default_parallel_clients()
@@ -165,9 +161,17 @@ def build_idp_fedavg_process(
   return in_process.InProcessLearningProcess(process, client_updates, server_step)
 
 
-def _nonprivate_mean() -> tff.aggregators.MeanFactory:
-  # A round whose cohort is empty (or only padding) leaves the model as is.
-  return tff.aggregators.MeanFactory(no_nan_division=True)
+def _model_aggregator(noise_multiplier: Optional[float], expected_clients_per_round: float,
+                      aggregator_kwargs: Optional[dict], accept_canaries: bool = False):
+  """The model-update aggregator of both client executions (one place, so they cannot drift).
+
+  Non-private: the example-weighted mean (an empty cohort, or only padding,
+  leaves the model as is). DP: ``AdaptiveClipDPMeanFactory``.
+  """
+  if noise_multiplier is None:
+    return tff.aggregators.MeanFactory(no_nan_division=True)
+  return AdaptiveClipDPMeanFactory(noise_multiplier, expected_clients_per_round,
+                                   **(aggregator_kwargs or {}), accept_canaries=accept_canaries)
 
 
 def _build_tff_process(
@@ -184,11 +188,10 @@ def _build_tff_process(
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer, server_optimizer,
         client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
-        model_aggregator=_nonprivate_mean(),
+        model_aggregator=_model_aggregator(None, expected_clients_per_round, None),
         loop_implementation=CLIENT_LOOP)
-  aggregator = AdaptiveClipDPMeanFactory(
-      noise_multiplier, expected_clients_per_round, **(aggregator_kwargs or {}),
-      accept_canaries=audit_canaries)
+  aggregator = _model_aggregator(noise_multiplier, expected_clients_per_round,
+                                 aggregator_kwargs, accept_canaries=audit_canaries)
   if not per_client_clip_scale and not audit_canaries:
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer, server_optimizer,
