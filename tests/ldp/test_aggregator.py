@@ -114,9 +114,13 @@ def test_sparse_modes_on_values():
   want = ref.invert_averaged_mean(mean * D / keep,
                                   *ref.debias_grid(np.array(eps) / keep, C))
   np.testing.assert_allclose(_flat(out.result), want, atol=2e-6)
-  threshold = aggregator.ShuffledPersonalizedMeanFactory(C, eps, keep=keep).create(VALUE_TYPE)
+  default = aggregator.ShuffledPersonalizedMeanFactory(C, eps, keep=keep).create(VALUE_TYPE)
+  np.testing.assert_allclose(_flat(default.next(default.initialize(), reports).result),
+                             _flat(out.result), atol=0)  # the default is the exact "rescale"
+  threshold = aggregator.ShuffledPersonalizedMeanFactory(
+      C, eps, keep=keep, sparse_debias="threshold").create(VALUE_TYPE)
   out = threshold.next(threshold.initialize(), reports)
-  grid = debias.build_grid(eps, C, keep=keep, dimension=D)
+  grid = debias.build_grid(eps, C, keep=keep, dimension=D, sparse_debias="threshold")
   np.testing.assert_allclose(_flat(out.result), debias.invert(mean, *grid).numpy(), atol=1e-7)
 
 

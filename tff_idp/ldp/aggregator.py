@@ -15,11 +15,11 @@ where G is the average expected report over the budget multiset
 static number of reports ``num_reports`` (full participation, as in the
 paper) or, by default, the number of reports actually received. For S-APES
 (``keep=b``) G already accounts for the sparsification: with the default
-``sparse_debias="threshold"`` it is the expected value of a top-b-kept
-coordinate (padding has mean 0), and with ``"rescale"`` it is
-(b/d)·Ē_{ε/b}, i.e. the reference code's division of the sum by n·b/d
-followed by the APES inversion (notes §2.4). See :mod:`tff_idp.ldp.debias`
-for why "threshold" is the default.
+``sparse_debias="rescale"`` it is (b/d)·Ē_{ε/b}, exact for the default
+random b-subset selection (a coordinate is kept with probability b/d,
+whatever the data; padding has mean 0); ``"threshold"`` approximates the
+expected value of a coordinate kept by the paper's post-top-b selection.
+See :mod:`tff_idp.ldp.debias`.
 
 **Shuffling is implicit.** APES's shuffler permutes the reports
 independently per coordinate and permutes the budget list (Alg. 1). The
@@ -68,7 +68,8 @@ class ShuffledPersonalizedMeanFactory(tff.aggregators.UnweightedAggregationFacto
     debias: invert G (APES / S-APES). ``False``: plain mean (Laplace
       baselines, non-private).
     keep: b for S-APES (reports sparsified by Alg. 2), else ``None``.
-    sparse_debias: "threshold" (default) or "rescale"; see
+    sparse_debias: "rescale" (default; exact for S-APES's random b-subset)
+      or "threshold" (for the paper's post-top-b reports); see
       :mod:`tff_idp.ldp.debias`.
     num_reports: static n (full participation). ``None``: the number of
       reports received in the round.
@@ -78,7 +79,7 @@ class ShuffledPersonalizedMeanFactory(tff.aggregators.UnweightedAggregationFacto
   def __init__(self, clip: Optional[float] = None,
                epsilons: Optional[Sequence[float]] = None, *,
                debias: bool = True, keep: Optional[int] = None,
-               sparse_debias: str = "threshold", num_reports: Optional[int] = None,
+               sparse_debias: str = "rescale", num_reports: Optional[int] = None,
                grid_points: int = debias_lib.DEFAULT_GRID_POINTS):
     self.debias = bool(debias)
     self.clip = None if clip is None else clip_laplace.check_clip(clip)

@@ -6,7 +6,10 @@ the APES paper's experiments (Tables 3-4):
 =======================  =====================================================
 ``"none"``               non-private: the raw model delta (no clipping)
 ``"clip_laplace"``       APES: clip to [−C, C], Clip-Laplace at ε_i (Def. 4)
-``"sparse_clip_laplace"`` S-APES: Alg. 2 at ε_i/b, keep top-b, pad with CLap(0)
+``"sparse_clip_laplace"`` S-APES: a secret random b-subset at ε_i/b, pad with
+                         CLap(0) (sound: b·(ε_i/b) = ε_i locally)
+``"sparse_clip_laplace_top_b"`` S-APES as published: post-top-b at ε_i/b (only
+                         d·ε_i/b locally; labelled wherever it is reported)
 ``"laplace"``            PLDP / UniS baseline: clip, add Laplace(2C/ε_i)
 =======================  =====================================================
 
@@ -61,7 +64,10 @@ from tff_idp.privacy_randomness import PrivacyRandomness
 from tff_idp.training.process import CLIENT_LOOP
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
-MECHANISMS = ("none", "clip_laplace", "sparse_clip_laplace", "laplace")
+MECHANISMS = ("none", "clip_laplace", "sparse_clip_laplace", "sparse_clip_laplace_top_b",
+              "laplace")
+# The S-APES mechanisms and their sparsification rule (tff_idp.ldp.sparsify).
+SPARSE_SELECTION = {"sparse_clip_laplace": "random", "sparse_clip_laplace_top_b": "top_b"}
 DATA_KEY = "data"
 PRIVACY_KEY = "privacy"
 
@@ -86,8 +92,8 @@ def make_client_input(dataset: tf.data.Dataset, epsilon: float, seed
     dataset: the client's batches (the model's input spec), one local epoch
       (the process repeats it ``local_epochs`` times).
     epsilon: the client's budget, finite and > 0 (per coordinate for
-      "clip_laplace"/"laplace", split over b coordinates for
-      "sparse_clip_laplace"; ignored by "none").
+      "clip_laplace"/"laplace", split over b coordinates for the two
+      S-APES mechanisms; ignored by "none").
     seed: two integers, the client's secret seed
       (:func:`tff_idp.ldp.clip_laplace.client_seed`).
   """
@@ -124,8 +130,9 @@ def randomize(update, mechanism: str, epsilon, seed, *, clip: Optional[float] = 
 
   The coordinates are concatenated in ``tf.nest.flatten`` order, each leaf
   row-major, into one vector of length d; "clip_laplace" and "laplace" draw
-  ``tf.random.stateless_uniform([d], seed)``; "sparse_clip_laplace" runs
-  :func:`tff_idp.ldp.sparsify.sparsify_perturb` on it.
+  ``tf.random.stateless_uniform([d], seed)``; the S-APES mechanisms run
+  :func:`tff_idp.ldp.sparsify.sparsify_perturb` on it with their selection
+  (:data:`SPARSE_SELECTION`).
   """
   check_mechanism(mechanism)
   if mechanism == "none":
@@ -139,7 +146,8 @@ def randomize(update, mechanism: str, epsilon, seed, *, clip: Optional[float] = 
   elif mechanism == "laplace":
     report = clip_laplace.laplace_perturb(flat, epsilon, clip, seed)
   else:
-    report = sparsify.sparsify_perturb(flat, epsilon, clip, keep, seed)
+    report = sparsify.sparsify_perturb(flat, epsilon, clip, keep, seed,
+                                       selection=SPARSE_SELECTION[mechanism])
   parts = tf.split(report, sizes)
   return tf.nest.pack_sequence_as(
       update, [tf.reshape(p, s) for p, s in zip(parts, shapes)])
@@ -170,7 +178,7 @@ def build_ldp_client_work(
     mechanism: one of :data:`MECHANISMS`.
     client_optimizer: the client's TFF optimizer (e.g. ``build_sgdm(η)``).
     clip: C > 0 (every mechanism but "none").
-    keep: b, 1 ≤ b ≤ d ("sparse_clip_laplace" only).
+    keep: b, 1 ≤ b ≤ d (the S-APES mechanisms only).
     proximal_strength: μ of FedProx (0 gives FedAvg's local update).
     local_epochs: passes over the client's dataset per round.
 
@@ -181,11 +189,13 @@ def build_ldp_client_work(
   check_mechanism(mechanism)
   if mechanism != "none":
     clip = clip_laplace.check_clip(clip)
-  if mechanism == "sparse_clip_laplace":
+  if mechanism in SPARSE_SELECTION:
     if keep is None:
-      raise ToolkitValueError("mechanism='sparse_clip_laplace' (S-APES) needs keep=b.")
+      raise ToolkitValueError(f"mechanism={mechanism!r} (S-APES) needs keep=b.")
   elif keep is not None:
-    raise ToolkitValueError(f"keep=b is for 'sparse_clip_laplace' only (mechanism={mechanism!r}).")
+    raise ToolkitValueError(
+        f"keep=b is for the S-APES mechanisms {tuple(SPARSE_SELECTION)} only "
+        f"(mechanism={mechanism!r}).")
   if not (isinstance(proximal_strength, (int, float)) and proximal_strength >= 0):
     raise ToolkitValueError(f"proximal_strength={proximal_strength!r} must be a number >= 0.")
   if isinstance(local_epochs, bool) or int(local_epochs) != local_epochs or local_epochs < 1:

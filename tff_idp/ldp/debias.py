@@ -24,30 +24,29 @@ The expected report g_i depends on the mechanism:
 
 * **S-APES** (``keep=b`` of ``dimension=d`` coordinates; Alg. 2 with the
   per-coordinate budget ε'_i = ε_i/b, see :mod:`tff_idp.ldp.sparsify`). A
-  client reports y_k ~ CLap(x_k, 2C/ε'_i) on its top-b coordinates by |y_k|
-  and fresh CLap(0, 2C/ε'_i) noise (mean 0) on the others, so its expected
-  report is E[y_k · 1{k kept}]. The keep event depends on all d coordinates
-  and has no closed form; two approximations are offered:
+  client reports y_k ~ CLap(x_k, 2C/ε'_i) on its b kept coordinates and
+  fresh CLap(0, 2C/ε'_i) noise (mean 0) on the others, so its expected
+  report is E[y_k · 1{k kept}]. Two modes:
 
-  - ``sparse_debias="threshold"`` (default): coordinate k is kept iff
+  - ``sparse_debias="rescale"``: g_i(u) = (b/d)·E[CLap(u, 2C/ε'_i, C)].
+    **Exact** for the default random b-subset selection, whose keep event
+    (probability b/d) is independent of the data. It is also what dividing
+    the sum by n·b/d before the APES inversion does (the reference code's
+    ``aggregate_p``, notes §2.4). For the paper's post-top-b selection it
+    underestimates the kept values, which are larger in magnitude than
+    average, and over-corrects by about 2-3×.
+  - ``sparse_debias="threshold"`` (for post-top-b): coordinate k is kept iff
     |y_k| ≥ τ_i, with τ_i the (1 − b/d)-quantile of |CLap(0, 2C/ε'_i, C)|,
     the client's b-th largest |y| if its update carried no signal:
     τ = −λ·log1p((1 − b/d)·expm1(−C/λ)). Then
     g_i(u) = E[y·1{|y| ≥ τ_i}] = ∫_{τ_i ≤ |z| ≤ C} z p(z | u) dz, in closed
-    form (:func:`thresholded_expected_value`). It is exact at u = 0 (odd
-    symmetry) and as ε' → 0, where |y| is uniform whatever the input; for
-    larger ε' a spread-out update moves the real threshold. Monte Carlo
+    form (:func:`thresholded_expected_value`). The top-b keep event depends
+    on all d coordinates and has no closed form; this is exact at u = 0
+    (odd symmetry) and as ε' → 0, where |y| is uniform whatever the input;
+    for larger ε' a spread-out update moves the real threshold. Monte Carlo
     with spread-out updates (d = 800-1000, b/d = 0.2): G is within ~10% of
     the true expected report for ε' ≤ 2 and the de-biased values within
-    ~15% at ε' = 1, where "rescale" is off by 2-3×
-    (``tests/ldp/test_debias.py`` checks it).
-  - ``sparse_debias="rescale"``: g_i(u) = (b/d)·E[CLap(u, 2C/ε'_i, C)].
-    This is what dividing the sum by n·b/d before the APES inversion does
-    (the reference code's ``aggregate_p``, notes §2.4), with the budgets
-    the reports were actually drawn with (the reference inverted with ε_i,
-    not ε_i/topk). It is exact for a *random* b-subset (Fig. 5's "random-b")
-    but underestimates the kept values of top-b selection, which are larger
-    in magnitude than average, so it over-corrects by about 2-3×.
+    ~15% at ε' = 1 (``tests/ldp/test_debias.py`` checks it).
 
 All functions are TensorFlow and run eagerly or inside a TFF computation
 (the aggregator builds the grid in its ``initialize``).
@@ -143,7 +142,7 @@ def _budget_weights(epsilons) -> tuple[np.ndarray, np.ndarray]:
 
 def averaged_expected_value(u, epsilons: Sequence[float], clip: float, *,
                             keep: Optional[int] = None, dimension: Optional[int] = None,
-                            sparse_debias: str = "threshold") -> tf.Tensor:
+                            sparse_debias: str = "rescale") -> tf.Tensor:
   """G(u) = (1/n) Σ_i g_i(u) over the budget multiset (float64, any shape of ``u``).
 
   ``keep=None``: APES, g_i = Eq. (1) at ε_i. ``keep=b`` with
@@ -183,7 +182,7 @@ def averaged_expected_value(u, epsilons: Sequence[float], clip: float, *,
 
 def build_grid(epsilons: Sequence[float], clip: float, points: int = DEFAULT_GRID_POINTS, *,
                keep: Optional[int] = None, dimension: Optional[int] = None,
-               sparse_debias: str = "threshold") -> DebiasGrid:
+               sparse_debias: str = "rescale") -> DebiasGrid:
   """G on linspace(−C, C, points), float32 (see :func:`averaged_expected_value`)."""
   c = clip_laplace.check_clip(clip)
   if isinstance(points, bool) or int(points) != points or points < 2:

@@ -14,8 +14,10 @@ A round (Alg. 1, with the randomizer of the chosen mechanism):
 
 Mechanisms (:data:`tff_idp.ldp.client_work.MECHANISMS`): "none"
 (non-private FedProx, plain mean), "clip_laplace" (APES), "sparse_clip_laplace"
-(S-APES, ``keep=b``), "laplace" (PLDP / UniS: Laplace(2C/ε_i), plain mean;
-PLDP and UniS differ only in accounting).
+(S-APES with a secret random b-subset, ``keep=b``; the default S-APES),
+"sparse_clip_laplace_top_b" (S-APES as published, post-top-b: sound only at
+d·ε_i/b locally, see :mod:`tff_idp.ldp.sparsify`), "laplace" (PLDP / UniS:
+Laplace(2C/ε_i), plain mean; PLDP and UniS differ only in accounting).
 
 Calling a round::
 
@@ -45,8 +47,23 @@ import tensorflow_federated as tff
 from tff_idp.errors import ToolkitValueError
 from tff_idp.ldp import clip_laplace
 from tff_idp.ldp.aggregator import ShuffledPersonalizedMeanFactory
-from tff_idp.ldp.client_work import ModelFn, build_ldp_client_work, check_mechanism
+from tff_idp.ldp.client_work import (SPARSE_SELECTION, ModelFn, build_ldp_client_work,
+                                     check_mechanism)
 from tff_idp.ldp.debias import DEFAULT_GRID_POINTS
+
+
+def _sparse_debias_for(mechanism: str, sparse_debias: Optional[str]) -> str:
+  """The S-APES de-bias mode: the caller's, or the one that fits the selection."""
+  selection = SPARSE_SELECTION.get(mechanism)
+  if sparse_debias is None:
+    return "threshold" if selection == "top_b" else "rescale"
+  if selection == "random" and sparse_debias != "rescale":
+    raise ToolkitValueError(
+        f"sparse_debias={sparse_debias!r} does not fit mechanism='sparse_clip_laplace': its "
+        "random b-subset keeps each coordinate with probability b/d, so 'rescale' is its "
+        "exact de-bias ('threshold' approximates the post-top-b selection of "
+        "'sparse_clip_laplace_top_b'). Leave sparse_debias unset.")
+  return sparse_debias
 
 
 def build_apes_process(
@@ -54,26 +71,30 @@ def build_apes_process(
     clip: Optional[float] = None, epsilons: Optional[Sequence[float]] = None,
     keep: Optional[int] = None, server_learning_rate: float = 1.0,
     proximal_strength: float = 0.01, local_epochs: int = 1,
-    num_reports: Optional[int] = None, sparse_debias: str = "threshold",
+    num_reports: Optional[int] = None, sparse_debias: Optional[str] = None,
     grid_points: int = DEFAULT_GRID_POINTS,
 ) -> tff.learning.templates.LearningProcess:
   """APES (Alg. 1), S-APES (Alg. 2) or a baseline as a ``tff.learning.templates.LearningProcess``.
 
   Args:
     model_fn: builds a ``tff.learning.models.VariableModel``.
-    mechanism: "none", "clip_laplace", "sparse_clip_laplace" or "laplace".
+    mechanism: "none", "clip_laplace", "sparse_clip_laplace" (S-APES with a
+      secret random b-subset, sound at ε_i locally), "sparse_clip_laplace_top_b"
+      (the paper's post-top-b; only d·ε_i/b locally) or "laplace".
     client_learning_rate: the clients' SGD learning rate.
     clip: C > 0, the per-coordinate clip bound (all but "none").
     epsilons: the population's budget multiset, one per client ("clip_laplace"
       and "sparse_clip_laplace": the de-bias needs it; ignored otherwise).
-    keep: b ("sparse_clip_laplace" only).
+    keep: b (the S-APES mechanisms only).
     server_learning_rate: server SGD learning rate (1: add the mean delta).
     proximal_strength: FedProx μ (0.01 in the paper's code).
     local_epochs: passes over each client's dataset per round.
     num_reports: static n of the mean (full participation); ``None``: the
       number of reports received.
-    sparse_debias: "threshold" or "rescale" (S-APES; see
-      :mod:`tff_idp.ldp.debias`).
+    sparse_debias: S-APES de-bias; ``None`` picks the one that fits the
+      selection: "rescale" (exact) for "sparse_clip_laplace", "threshold"
+      for "sparse_clip_laplace_top_b" (see :mod:`tff_idp.ldp.debias`).
+      "threshold" with the random selection is refused.
     grid_points: size of the de-bias grid.
 
   Client data: :func:`tff_idp.ldp.client_work.make_client_input`.
@@ -83,7 +104,8 @@ def build_apes_process(
     raise ToolkitValueError(f"client_learning_rate={client_learning_rate!r} must be > 0.")
   if not (isinstance(server_learning_rate, (int, float)) and server_learning_rate > 0):
     raise ToolkitValueError(f"server_learning_rate={server_learning_rate!r} must be > 0.")
-  debiased = mechanism in ("clip_laplace", "sparse_clip_laplace")
+  debiased = mechanism == "clip_laplace" or mechanism in SPARSE_SELECTION
+  sparse_debias = _sparse_debias_for(mechanism, sparse_debias)
   if debiased and epsilons is None:
     raise ToolkitValueError(
         f"mechanism={mechanism!r} needs epsilons, the population's budget multiset: the "
