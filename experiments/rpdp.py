@@ -331,9 +331,11 @@ def main(argv):
         raise ValueError(f"--class_budgets: {e}") from None
       described = f"by_class ({','.join(_CLASS_BUDGETS.value)})"
       budgets = preferences.class_record_budgets(federation.records.y, class_budgets)
+      dropout_cutoff = preferences.class_budget_cutoff(class_budgets)
     else:
       budgets = preferences.assign_record_budgets(distribution, federation.records.sizes,
                                                   _BUDGET_SEED.value)
+      dropout_cutoff = preferences.expected_budget(distribution)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -350,7 +352,7 @@ def main(argv):
                     privacy_flags.insecure(), privacy_flags.release_only(),
                     local_weight_fn, local_algorithm, class_groups, _RESTART.value,
                     audit_canaries=_AUDIT_CANARIES.value, audit_seed=_AUDIT_SEED.value,
-                    audit_levels=audit_levels)
+                    audit_levels=audit_levels, dropout_cutoff=dropout_cutoff)
     except record_runs.AuditConfigError as e:
       print(f"error: {e}", file=sys.stderr)
       return 2

@@ -126,7 +126,8 @@ def run_rpdp(split, *, output_dir: str,
              model: Union[str, Callable[[], Any]] = "auto", head: str = "softmax",
              estimator: str = "scf", privacy_free_batch: float = 64.0,
              eval_every: int = 5, checkpoint_every: int = 5, device: str = "cpu",
-             progress: bool = True, own_runtime: bool = True) -> RunResult:
+             progress: bool = True, own_runtime: bool = True,
+             dropout_cutoff: Optional[float] = None) -> RunResult:
   """rPDP-FL (record-level personalized DP) and its baselines on ``split``.
 
   Args:
@@ -139,6 +140,11 @@ def run_rpdp(split, *, output_dir: str,
     rounds, local_steps, client_rate, noise_multiplier, clip_norm: T, τ, λ,
       σ, L of Alg. 3; ``delta`` and ``threat_model`` of Thm 1.
     model, head: as in :func:`run_idp_fedavg`.
+    dropout_cutoff: the Dropout baseline's ε_mod. ``None``: the mean of the
+      distribution (:func:`tff_idp.preferences.expected_budget`, from its
+      specification alone) when ``budgets`` names or is a distribution, and
+      the mean of the given budgets when they are a dict (a statistic of
+      those budgets; pass the cutoff of their specification to avoid it).
     Other arguments: as the ``experiments.rpdp`` flags of the same names.
   """
   from datasets import loader  # pylint: disable=g-import-not-at-top
@@ -171,13 +177,16 @@ def run_rpdp(split, *, output_dir: str,
       distribution = preferences.DISTRIBUTIONS[budgets]()
     record_budgets = preferences.assign_record_budgets(distribution, records.sizes,
                                                        budget_seed)
+    if dropout_cutoff is None:
+      dropout_cutoff = preferences.expected_budget(distribution)
   params = TwoStageParams(float(noise_multiplier), int(local_steps), int(rounds),
                           float(client_rate), float(delta), threat_model)
   with _runtime(own_runtime, device):
     rows = record_runs.run(federation, record_budgets, params, list(methods),
                            [int(s) for s in seeds], output_dir, float(clip_norm),
                            float(learning_rate), float(privacy_free_batch), int(eval_every),
-                           int(checkpoint_every), progress, estimator)
+                           int(checkpoint_every), progress, estimator,
+                           dropout_cutoff=dropout_cutoff)
   config = dict(methods=list(methods), rounds=rounds, local_steps=local_steps,
                 client_rate=client_rate, noise_multiplier=noise_multiplier,
                 clip_norm=clip_norm, learning_rate=learning_rate, delta=delta,

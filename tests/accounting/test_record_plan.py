@@ -106,3 +106,48 @@ def test_unknown_method_and_bad_privacy_free_batch():
     record_plan.make_record_plan("bogus", BUDGETS, PARAMS, 1.0)
   with pytest.raises(ValueError, match="privacy_free_batch=0 must be > 0"):
     record_plan.make_record_plan("privacy_free", BUDGETS, PARAMS, 1.0, privacy_free_batch=0)
+
+
+def test_dropout_cutoff_comes_from_the_specification_when_given():
+  """With a cutoff from the spec, ε_mod does not move with the budgets' counts:
+  the same class budgets over two label mixes give the same cutoff and rates
+  for the kept records (the data-mean fallback would differ and release them)."""
+  from tff_idp import preferences
+  class_budgets = {0: 0.5, 1: 2.0, 2: 4.0}
+  cutoff = preferences.class_budget_cutoff(class_budgets)
+  assert cutoff == pytest.approx(6.5 / 3)
+  mixes = [{"a": np.array([0, 0, 0, 1, 2]), "b": np.array([0, 1])},
+           {"a": np.array([2, 2, 2, 1, 0]), "b": np.array([2, 1])}]
+  plans = []
+  for labels in mixes:
+    budgets = preferences.class_record_budgets(labels, class_budgets)
+    plan = record_plan.make_record_plan("dropout", budgets, PARAMS, 1.0,
+                                        dropout_cutoff=cutoff)
+    assert plan.calibration["epsilon_mod"] == cutoff
+    assert plan.calibration["epsilon_mod_source"] == "the budget specification"
+    for cid, labels_c in labels.items():  # the class-0 and class-1 records are dropped
+      np.testing.assert_array_equal(plan.rates[cid] == 0, labels_c < 2)
+    plans.append(plan)
+  kept = [np.concatenate([p.rates[c][p.rates[c] > 0] for c in p.rates]) for p in plans]
+  assert np.all(kept[0] == kept[0][0]) and kept[0][0] == kept[1][0]
+  fallback = [record_plan.make_record_plan(
+      "dropout", preferences.class_record_budgets(m, class_budgets), PARAMS, 1.0)
+      for m in mixes]
+  assert fallback[0].calibration["epsilon_mod"] != fallback[1].calibration["epsilon_mod"]
+  assert "class counts" in fallback[0].calibration["epsilon_mod_source"]
+  with pytest.raises(ValueError, match="dropout_cutoff"):
+    record_plan.make_record_plan("dropout", BUDGETS, PARAMS, 1.0, dropout_cutoff=0.0)
+
+
+def test_expected_budget_is_the_distributions_mean():
+  from tff_idp import preferences
+  assert preferences.expected_budget(preferences.ThreeLevels()) == pytest.approx(
+      0.7 * 0.1 + 0.2 * 1.0 + 0.1 * 5.0)
+  assert preferences.expected_budget(
+      preferences.Groups((1.0, float("inf")), (0.5, 0.5))) == 1.0
+  pareto = preferences.BoundedPareto()  # truncated Pareto(1, 0.1) on [0.1, 10]: closed form
+  exact = 0.1 * np.log(100.0) / (1 - 0.01)
+  assert preferences.expected_budget(pareto) == pytest.approx(exact, rel=5e-3)
+  again = preferences.expected_budget(preferences.BoundedMixGauss())
+  assert again == preferences.expected_budget(preferences.BoundedMixGauss())  # fixed seed
+  assert preferences.class_budget_cutoff({0: 1.0, 1: float("inf")}) == 1.0

@@ -89,7 +89,8 @@ def _intrinsic_calls(comp):
   return calls
 
 
-@pytest.mark.parametrize("mechanism", ["clip_laplace", "sparse_clip_laplace", "laplace"])
+@pytest.mark.parametrize("mechanism", ["clip_laplace", "sparse_clip_laplace",
+                                       "sparse_clip_laplace_top_b", "laplace"])
 def test_only_randomized_reports_reach_the_server(mechanism):
   """On the computation: the only CLIENTS→SERVER intrinsics are the sum of the
   reports and the count of reports, and the one client computation that reads
@@ -97,7 +98,7 @@ def test_only_randomized_reports_reach_the_server(mechanism):
   returning its update."""
   process = build_apes_process(
       MODEL_FN, mechanism=mechanism, clip=C, epsilons=[5.0, 10.0],
-      keep=5 if mechanism == "sparse_clip_laplace" else None, client_learning_rate=1.0)
+      keep=5 if mechanism.startswith("sparse") else None, client_learning_rate=1.0)
   calls = _intrinsic_calls(process.next)
   uploads = [(uri, str(arg.type_signature)) for uri, arg in calls
              if uri in ("federated_sum", "federated_aggregate", "federated_mean",
@@ -159,12 +160,16 @@ def test_tiny_epsilon_reports_do_not_depend_on_the_data():
 def test_sparse_and_laplace_reports_on_values():
   raw = _client_reports("none", _inputs())
   sparse = _client_reports("sparse_clip_laplace", _inputs(eps=[5.0, 10.0, 20.0]), keep=5)
+  top_b = _client_reports("sparse_clip_laplace_top_b", _inputs(eps=[5.0, 10.0, 20.0]), keep=5)
   laplace = _client_reports("laplace", _inputs())
   for i, seed in enumerate(SEEDS):
     s = clip_laplace.round_seed(seed, 0)
     want = sparsify.sparsify_perturb(raw[i], [5.0, 10.0, 20.0][i], C, 5, s).numpy()
     np.testing.assert_allclose(sparse[i], want, atol=1e-6)
-    kept = np.isclose(sparse[i], clip_laplace.perturb(
+    want = sparsify.sparsify_perturb(raw[i], [5.0, 10.0, 20.0][i], C, 5, s,
+                                     selection="top_b").numpy()
+    np.testing.assert_allclose(top_b[i], want, atol=1e-6)
+    kept = np.isclose(top_b[i], clip_laplace.perturb(
         raw[i], [5.0, 10.0, 20.0][i] / 5, C,
         tf.random.experimental.stateless_split(s, 2)[0]).numpy(), atol=1e-6)
     assert kept.sum() == 5
@@ -228,6 +233,9 @@ def test_errors():
     build(mechanism="sparse_clip_laplace", clip=C, epsilons=EPS, keep=0)
   with pytest.raises(ToolkitValueError, match="keep"):
     build(mechanism="clip_laplace", clip=C, epsilons=EPS, keep=3)
+  with pytest.raises(ToolkitValueError, match="'rescale' is its exact de-bias"):
+    build(mechanism="sparse_clip_laplace", clip=C, epsilons=EPS, keep=3,
+          sparse_debias="threshold")
   with pytest.raises(ToolkitValueError, match="local_epochs"):
     build(mechanism="none", local_epochs=0)
   with pytest.raises(ToolkitValueError, match="proximal_strength"):

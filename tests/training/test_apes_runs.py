@@ -104,3 +104,60 @@ def test_mnist_users_default_count_fits_the_rarest_class(tmp_path):
   _fake_mnist(tmp_path, per_class=30)
   fed = apes_runs.mnist_users(None, 12, str(tmp_path))
   assert fed.num_users == (30 * 10) // 12 - 10
+
+
+def _sapes_rows(d=60, keep=12, rounds=2):
+  eps = apes_runs.draw_epsilons("uniform2", 400, 0)
+  accounting = apes_runs.ApesAccounting(shuffle_delta=1e-7, delta=1e-4)
+  return eps, {f: apes_runs.framework_ledger(f, eps, d, keep, rounds, accounting)
+               for f in ("apes", "sapes", "sapes_top_b")}
+
+
+def test_sapes_ledger_composes_over_the_b_coordinates_that_carry_data():
+  """Random b-subset: ε^{ul} = b·ε, and ε^{uc} is the b-fold composition of the
+  per-coordinate (ε^c, δ^c), recomputed here with dp-accounting's PLD."""
+  from tff_idp.accounting.shuffle import composition
+  eps, rows = _sapes_rows()
+  sapes, apes = rows["sapes"], rows["apes"]
+  assert sapes["eps_ul_min"] == pytest.approx(12 * eps.min())
+  assert sapes["eps_ul_max"] == pytest.approx(12 * eps.max())
+  assert sapes["eps_c"] == apes["eps_c"] and sapes["amplified"]
+  assert sapes["compositions_per_round"] == 12
+  pld = composition.pld(sapes["eps_c"], sapes["delta_c"], 12, 1e-4).epsilon
+  assert sapes["eps_uc_round"] <= pld * (1 + 1e-6)
+  assert sapes["eps_uc_round"] == pytest.approx(
+      composition.exact(sapes["eps_c"], sapes["delta_c"], 12, 1e-4).epsilon)
+  assert sapes["eps_uc_round"] < apes["eps_uc_round"]
+  assert sapes["eps_uc_round_paper"] >= sapes["eps_uc_round"]  # Prop. 1's 2b is looser
+
+
+def test_post_top_b_ledger_is_the_sound_unamplified_one_with_the_claims_beside():
+  eps, rows = _sapes_rows()
+  top = rows["sapes_top_b"]
+  assert top["eps_ul_max"] == pytest.approx(60 * eps.max())  # d·ε, not b·ε
+  assert top["eps_ul_paper_max"] == pytest.approx(12 * eps.max())
+  assert top["eps_c"] == pytest.approx(eps.max()) and not top["amplified"]
+  assert top["delta_c"] == 0.0 and top["reason"].startswith("post-top-b")
+  assert top["eps_c_claimed"] == pytest.approx(rows["sapes"]["eps_c"])
+  assert top["eps_uc_round"] <= 60 * eps.max()
+  assert top["eps_uc_round"] > rows["sapes"]["eps_uc_round_paper"]
+  assert top["eps_uc_total"] >= top["eps_uc_round"]
+
+
+def test_table_never_prints_the_published_b_eps_as_the_top_b_guarantee():
+  _, rows = _sapes_rows()
+  table_rows = []
+  for f, r in rows.items():
+    table_rows.append({**r, "framework": f, "label": apes_runs.LABELS[f], "accuracy": 0.5})
+  table = apes_runs.format_table(table_rows, apes_runs.ApesTraining(rounds=2),
+                                 apes_runs.ApesAccounting())
+  line = next(l for l in table.splitlines() if l.startswith("| S-APES (paper's top-b)"))
+  cells = [c.strip() for c in line.split("|")[1:-1]]
+  top = rows["sapes_top_b"]
+  assert cells[1].startswith(apes_runs._range(top["eps_ul_min"], top["eps_ul_max"]))
+  assert "(paper: " in cells[1] and cells[1].endswith("‡)")
+  assert "none certified" in cells[2]
+  assert cells[5].endswith("‡")  # the Prop. 1 claim is marked
+  assert "‡ S-APES with the paper's post-top-b" in table
+  sapes_line = next(l for l in table.splitlines() if l.startswith("| S-APES |"))
+  assert "‡" not in sapes_line and "†" not in sapes_line

@@ -6,8 +6,13 @@ sampling rates q_ij for one of four methods (rPDP-FL §7.2):
 * ``ours``: q_ij from SCF (Alg. 2) with the exact re-check
   (:func:`tff_idp.accounting.record_calibration.calibrate_record_rates`);
 * ``minimum``: everybody gets the strictest budget ε_min (uniform DP);
-* ``dropout``: everybody gets ε_mod = mean ε_ij, and records whose budget is
-  below ε_mod are dropped (q = 0);
+* ``dropout``: everybody gets ε_mod and records whose budget is below ε_mod
+  are dropped (q = 0). ε_mod is the ``dropout_cutoff`` the caller takes from
+  the budget *specification* (:func:`tff_idp.preferences.expected_budget`,
+  :func:`tff_idp.preferences.class_budget_cutoff`); without one it is the
+  mean of the given ε_ij, a statistic of the budgets that depends on the
+  data when the budgets follow it (by class: the class counts), and the
+  plan's calibration summary says so (``epsilon_mod_source``);
 * ``privacy_free``: no clipping or noise; each client samples
   ``privacy_free_batch`` records per step in expectation.
 
@@ -25,6 +30,7 @@ rates can be computed (e.g. for a budget table) without loading TF.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Mapping, Optional
 
 import numpy as np
@@ -85,14 +91,22 @@ def _split(flat: np.ndarray, sizes: Mapping[str, int]) -> dict:
   return out
 
 
+DROPOUT_CUTOFF_FROM_RECORDS = (
+    "the mean of the given records' budgets (a statistic of the budgets; under budgets "
+    "by class a function of the class counts, not covered by the guarantee)")
+
+
 def make_record_plan(method: str, budgets: Mapping[str, np.ndarray],
                      params: TwoStageParams, clip_norm: float,
-                     privacy_free_batch: float = 64.0, estimator: str = "scf") -> RecordPlan:
+                     privacy_free_batch: float = 64.0, estimator: str = "scf",
+                     dropout_cutoff: Optional[float] = None) -> RecordPlan:
   """Per-record rates for ``method`` (see module doc), verified never over budget.
 
   ``estimator`` picks how ``ours`` maps ε_ij to q_ij: "scf" (Alg. 2, the
   paper), "exact" (vectorised exact inverse, no unused budget beyond 0.3%)
   or "binary_search" (IDP-SGD style). Minimum and Dropout use "exact".
+  ``dropout_cutoff`` is Dropout's ε_mod from the budget specification
+  (module doc); ``None`` falls back to the mean of the given budgets.
 
   Raises:
     ValueError: for an unknown ``method``, invalid budgets, or
@@ -115,7 +129,14 @@ def make_record_plan(method: str, budgets: Mapping[str, np.ndarray],
   elif method == "minimum":
     effective = np.full_like(flat, flat.min())
   else:  # dropout
-    effective = np.full_like(flat, float(np.mean(flat[np.isfinite(flat)])))
+    if dropout_cutoff is None:
+      cutoff, source = float(np.mean(flat[np.isfinite(flat)])), DROPOUT_CUTOFF_FROM_RECORDS
+    else:
+      cutoff, source = float(dropout_cutoff), "the budget specification"
+      if not (math.isfinite(cutoff) and cutoff > 0):
+        raise ValueError(f"dropout_cutoff={dropout_cutoff!r} must be a finite ε > 0 (the "
+                         "Dropout baseline calibrates every kept record to it).")
+    effective = np.full_like(flat, cutoff)
   result = record_calibration.calibrate_record_rates(
       effective, params, method=estimator if method == "ours" else "exact")
   q = result.q.copy()
@@ -125,6 +146,7 @@ def make_record_plan(method: str, budgets: Mapping[str, np.ndarray],
     q[dropped] = 0.0
     summary["dropped_records"] = int(dropped.sum())
     summary["epsilon_mod"] = float(effective[0])
+    summary["epsilon_mod_source"] = source
   if method == "minimum":
     summary["epsilon_min"] = float(effective[0])
   return RecordPlan(method, _split(q, sizes), _split(effective, sizes),

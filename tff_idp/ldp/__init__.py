@@ -4,7 +4,9 @@ Public API:
 
 * randomizers (:mod:`tff_idp.ldp.clip_laplace`, :mod:`tff_idp.ldp.sparsify`):
   :func:`perturb` (Clip-Laplace, Def. 4), :func:`laplace_perturb` (PLDP/UniS
-  baseline), :func:`sparsify_perturb` (S-APES Alg. 2), :func:`expected_value`
+  baseline), :func:`sparsify_perturb` (S-APES Alg. 2: the sound random
+  b-subset by default, the paper's post-top-b as ``selection="top_b"``),
+  :func:`expected_value`
   (Eq. (1)), :func:`client_seed`;
 * server de-bias (:mod:`tff_idp.ldp.debias`): :func:`build_grid`, :func:`invert`;
 * :class:`ShuffledPersonalizedMeanFactory`, the analyzer as a TFF aggregator;
@@ -18,15 +20,16 @@ The privacy accounting (shuffle amplification, composition) lives in
 from tff_idp.ldp.aggregator import ShuffledPersonalizedMeanFactory
 from tff_idp.ldp.clip_laplace import (client_seed, expected_value, laplace_perturb, perturb,
                                       round_seed, sample_from_uniforms)
-from tff_idp.ldp.client_work import (MECHANISMS, build_ldp_client_work, make_client_input,
-                                     make_round_inputs, randomize)
+from tff_idp.ldp.client_work import (MECHANISMS, SPARSE_SELECTION, build_ldp_client_work,
+                                     make_client_input, make_round_inputs, randomize)
 from tff_idp.ldp.debias import DebiasGrid, build_grid, invert
 from tff_idp.ldp.process import build_apes_process
-from tff_idp.ldp.sparsify import per_coordinate_epsilon, sparsify_perturb
+from tff_idp.ldp.sparsify import SELECTIONS, per_coordinate_epsilon, sparsify_perturb
 
 __all__ = [
-    "MECHANISMS", "DebiasGrid", "ShuffledPersonalizedMeanFactory", "build_apes_process",
-    "build_grid", "build_ldp_client_work", "client_seed", "expected_value", "invert",
-    "laplace_perturb", "make_client_input", "make_round_inputs", "per_coordinate_epsilon", "perturb", "randomize",
-    "round_seed", "sample_from_uniforms", "sparsify_perturb",
+    "MECHANISMS", "SELECTIONS", "SPARSE_SELECTION", "DebiasGrid",
+    "ShuffledPersonalizedMeanFactory", "build_apes_process", "build_grid",
+    "build_ldp_client_work", "client_seed", "expected_value", "invert", "laplace_perturb",
+    "make_client_input", "make_round_inputs", "per_coordinate_epsilon", "perturb",
+    "randomize", "round_seed", "sample_from_uniforms", "sparsify_perturb",
 ]

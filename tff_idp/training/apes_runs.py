@@ -20,8 +20,14 @@ LDP-min        Clip-Laplace at min ε for everyone   min ε (no shuffle)
 PLDP           Laplace at ε_i, plain mean           max ε (no shuffle)
 UniS           the PLDP run                         FMT22 at max ε (as published)
 APES           Clip-Laplace at ε_i, de-biased       the run's ``bound``
-S-APES         Clip-Laplace at ε_i/b, top-b, pad    the run's ``bound``
+S-APES         random b-subset at ε_i, pad          the run's ``bound`` (b coords)
+S-APES (top-b) the paper's post-top-b at ε_i, pad   max ε (no certified gain)
 =============  ===================================  ===========================
+
+S-APES's default is the data-independent random b-subset, sound at b·ε_i
+locally; the paper's post-top-b (``sapes_top_b``) is only d·ε_i-LDP and its
+rows print the published b·ε_i, EoN ε^c and Prop. 1 values as claims beside
+the sound numbers (:mod:`tff_idp.ldp.sparsify`, docs/apes.md).
 """
 from __future__ import annotations
 
@@ -48,9 +54,13 @@ FRAMEWORKS = collections.OrderedDict([
     ("unis", ("laplace", "laplace")),
     ("apes", ("apes", "clip_laplace")),
     ("sapes", ("sapes", "sparse_clip_laplace")),
+    ("sapes_top_b", ("sapes_top_b", "sparse_clip_laplace_top_b")),
 ])
 LABELS = {"nonprivate": "Non-private", "ldp_min": "LDP-min", "pldp": "PLDP",
-          "unis": "UniS", "apes": "APES", "sapes": "S-APES"}
+          "unis": "UniS", "apes": "APES", "sapes": "S-APES",
+          "sapes_top_b": "S-APES (paper's top-b)"}
+# S-APES framework -> the ledger's selection rule (tff_idp.accounting.shuffle.ledger)
+SAPES_SELECTION = {"sapes": "random", "sapes_top_b": "top_b"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +333,8 @@ def run_training(run: str, mechanism: str, federation: UserFederation,
                                  y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(keras_builder, spec)
   num_params = d * c + c
-  keep = keep_count(training, num_params) if mechanism == "sparse_clip_laplace" else None
+  sparse = mechanism in ldp.SPARSE_SELECTION
+  keep = keep_count(training, num_params) if sparse else None
   process = ldp.build_apes_process(
       model_fn, mechanism=mechanism, clip=training.clip, epsilons=epsilons, keep=keep,
       client_learning_rate=training.client_learning_rate,
@@ -341,6 +352,7 @@ def run_training(run: str, mechanism: str, federation: UserFederation,
       checkpoint_every=checkpoint_every, progress=progress,
       run_fingerprint=fingerprint_lib.run_fingerprint(
           calibration={"mechanism": mechanism, "keep": keep,
+                       **({"selection": ldp.SPARSE_SELECTION[mechanism]} if sparse else {}),
                        "epsilons": fingerprint_lib.mapping_digest({"eps": np.asarray(epsilons)})},
           training=hyper,
           data={"records": fingerprint_lib.records_identity(federation.x, federation.y)},
@@ -381,14 +393,21 @@ def _no_shuffle_ledger(epsilon0: float, d: int, rounds: int, accounting: ApesAcc
 
 
 def _shuffle_ledger(epsilons: np.ndarray, d: int, keep: Optional[int], rounds: int,
-                    accounting: ApesAccounting, bound: str) -> dict:
+                    accounting: ApesAccounting, bound: str,
+                    selection: Optional[str] = None) -> dict:
   from tff_idp.accounting.shuffle import ApesLedger  # pylint: disable=g-import-not-at-top
   ledger = ApesLedger(epsilons, d, accounting.shuffle_delta, accounting.delta, b=keep,
-                      bound=bound)
+                      bound=bound, selection=selection)
   r = ledger.round_account()
   cumulative = ledger.history(rounds)
-  return {"eps_c": r.epsilon_c, "delta_c": r.delta_c, "amplified": r.amplified,
+  claims = {} if r.epsilon_ul_published is None else {
+      "eps_ul_paper_min": r.epsilon_ul_published[0],
+      "eps_ul_paper_max": r.epsilon_ul_published[1],
+      "eps_c_claimed": r.epsilon_c_claimed}
+  return {"eps_ul_min": r.epsilon_ul[0], "eps_ul_max": r.epsilon_ul[1], **claims,
+          "eps_c": r.epsilon_c, "delta_c": r.delta_c, "amplified": r.amplified,
           "reason": r.reason, "bound": bound, "bound_label": r.label,
+          "selection": selection, "compositions_per_round": r.k,
           "eps_uc_round": r.user_level.epsilon,
           "eps_uc_round_paper": r.user_level_paper.epsilon,
           "eps_uc_round_pld": (r.user_level_pld.epsilon if r.user_level_pld else None),
@@ -400,14 +419,16 @@ def framework_ledger(framework: str, epsilons: np.ndarray, d: int, keep: int, ro
                      accounting: ApesAccounting) -> dict:
   """The ledger row of one framework (APES paper Tables 3-4 columns).
 
-  ε^{ul}: the local user-level budget (d·ε_i; b·ε_i for S-APES). ε^c, δ^c:
-  one shuffled round, per coordinate. ε^{uc}: user level at
-  ``accounting.delta`` after one round and after ``rounds`` rounds, by optimal
-  composition of (ε^c, δ^c) over the coordinates a user reports (d; 2b for
-  S-APES, Prop. 1) and the rounds; ``eps_uc_round_paper`` is the paper's
-  advanced composition (Prop. 1 for S-APES; d·ε for PLDP, as its table).
-  APES and S-APES use ``accounting.bound`` and also carry the EoN value as
-  published (``eps_c_eon_paper``) for comparison with the paper.
+  ε^{ul}: the sound local user-level budget (d·ε_i; b·ε_i for S-APES's
+  random b-subset; d·ε_i for the paper's post-top-b, whose published b·ε_i
+  is ``eps_ul_paper_*``). ε^c, δ^c: one shuffled round, per coordinate.
+  ε^{uc}: user level at ``accounting.delta`` after one round and after
+  ``rounds`` rounds, by optimal composition of (ε^c, δ^c) over the
+  coordinates that carry a user's data (d; b for S-APES; d unamplified
+  coordinates for post-top-b) and the rounds; ``eps_uc_round_paper`` is the
+  paper's advanced composition (Prop. 1 with 2b for S-APES; d·ε for PLDP,
+  as its table). APES and S-APES use ``accounting.bound`` and also carry the
+  EoN value as published (``eps_c_eon_paper``) for comparison with the paper.
   """
   from tff_idp.accounting.shuffle import composition  # pylint: disable=g-import-not-at-top
   eps = np.asarray(epsilons, np.float64)
@@ -429,12 +450,14 @@ def framework_ledger(framework: str, epsilons: np.ndarray, d: int, keep: int, ro
   if framework == "unis":
     return {**row, "eps_ul_min": d * lo, "eps_ul_max": d * hi,
             **_shuffle_ledger(eps, d, None, rounds, accounting, "fmt22_max")}
-  b = keep if framework == "sapes" else None
-  k_local = d if b is None else b
-  out = {**row, "eps_ul_min": k_local * lo, "eps_ul_max": k_local * hi,
-         **_shuffle_ledger(eps, d, b, rounds, accounting, accounting.bound)}
-  published = (out if accounting.bound == "eon_paper" else
-               _shuffle_ledger(eps, d, b, 1, accounting, "eon_paper"))
+  b = keep if framework in SAPES_SELECTION else None
+  selection = SAPES_SELECTION.get(framework)
+  out = {**row, **_shuffle_ledger(eps, d, b, rounds, accounting, accounting.bound, selection)}
+  # EoN as published, per coordinate (the same for APES and both S-APES, as in
+  # the paper's tables), and the user level the paper would derive from it.
+  published = (out if accounting.bound == "eon_paper" and selection != "top_b" else
+               _shuffle_ledger(eps, d, b, 1, accounting, "eon_paper",
+                               None if b is None else "random"))
   out["eps_c_eon_paper"] = published["eps_c"]
   out["eps_uc_round_eon_paper"] = published["eps_uc_round"]
   return out
@@ -478,7 +501,7 @@ def run_frameworks(frameworks: Sequence[str], federation: UserFederation,
                               training.rounds, accounting)
     if run not in histories:
       run_eps = run_epsilons(framework, epsilons)
-      if mechanism == "sparse_clip_laplace":
+      if framework in SAPES_SELECTION:
         # The drawn ε is per coordinate; S-APES spends it on each of the b kept
         # coordinates, so the user's budget handed to Alg. 2 is b·ε (the paper's
         # Table 3 lists ε^{ul} = b·ε for S-APES).
@@ -521,29 +544,40 @@ def format_table(rows: Sequence[dict], training: ApesTraining,
       f"ε^{{uc}} {t} rounds | accuracy after {t} rounds (%) |",
       "|---|---|---|---|---|---|---|---|"]
   for r in rows:
-    ul = ("∞" if r["eps_ul_max"] is None or np.isinf(r["eps_ul_max"]) else
-          _fmt(r["eps_ul_min"]) if r["eps_ul_min"] == r["eps_ul_max"] else
-          f"{_fmt(r['eps_ul_min'])}–{_fmt(r['eps_ul_max'])}")
+    ul = _range(r["eps_ul_min"], r["eps_ul_max"])
+    claim = "‡" if r.get("selection") == "top_b" else ""
+    if claim:
+      ul += f" (paper: {_range(r['eps_ul_paper_min'], r['eps_ul_paper_max'])}‡)"
     no_gain = str(r.get("reason", "")).startswith("no amplification")
-    mark = "†" if r["framework"] == "sapes" else ""  # Prop. 1, unverified
+    eps_c = _fmt(r["eps_c"], 4) + (" (no amplification)" if no_gain else
+                                   " (none certified)" if claim else "")
     lines.append(
-        f"| {r['label']} | {ul} | {_fmt(r['eps_c'], 4)}{' (no amplification)' if no_gain else ''} | "
-        f"{_fmt(r.get('eps_c_eon_paper'), 4)} | {_fmt(r['eps_uc_round'])}{mark} | "
-        f"{_fmt(r.get('eps_uc_round_paper'))}{mark} | {_fmt(r['eps_uc_total'])}{mark} | "
+        f"| {r['label']} | {ul} | {eps_c} | "
+        f"{_fmt(r.get('eps_c_eon_paper'), 4)} | {_fmt(r['eps_uc_round'])} | "
+        f"{_fmt(r.get('eps_uc_round_paper'))}{claim} | {_fmt(r['eps_uc_total'])} | "
         f"{100 * r['accuracy']:.2f} |")
   lines.append(
       f"\n\nε^c: one shuffled round, per coordinate, at δ_s = {accounting.shuffle_delta:g} "
       f"for APES/S-APES from the {accounting.bound!r} bound; UniS is FMT22 at max ε, as "
       "published; LDP-min and PLDP are not shuffled (ε^c = the local ε). ε^{uc}: user level "
-      f"at δ = {accounting.delta:g}, optimal composition over the coordinates a user "
-      "reports (d; 2b for S-APES, Prop. 1) and, in the T-round column, over the rounds. "
-      "The paper's tables pair the one-round ε with the accuracy after all rounds; both "
-      "are shown here."
-      + ("\n† S-APES user level: Prop. 1 as published (2b compositions), unverified: its "
-         "top-b selection depends on all d perturbed coordinates, which the argument does "
-         "not cover; treat it as the paper's claim, not a bound this toolkit certifies."
-         if any(r["framework"] == "sapes" for r in rows) else ""))
+      f"at δ = {accounting.delta:g}, optimal composition over the coordinates that carry a "
+      "user's data (d; b for S-APES's random b-subset) and, in the T-round column, over "
+      "the rounds. The paper's tables pair the one-round ε with the accuracy after all "
+      "rounds; both are shown here."
+      + ("\n‡ S-APES with the paper's post-top-b selection: the kept set depends on all d "
+         "perturbed coordinates, so the sound local ε is d·ε (its exact density exceeds the "
+         "published b·ε) and no shuffle amplification is certified; its sound ε^c and "
+         "ε^{uc} are those of d unshuffled coordinates. The paper's b·ε and Prop. 1 "
+         "values (‡) are claims, not guarantees."
+         if any(r.get("selection") == "top_b" for r in rows) else ""))
   return "\n".join(lines)
+
+
+def _range(lo: Optional[float], hi: Optional[float]) -> str:
+  """"∞", one value, or "lo–hi" for a ledger's min/max pair."""
+  if hi is None or np.isinf(hi):
+    return "∞"
+  return _fmt(lo) if lo == hi else f"{_fmt(lo)}–{_fmt(hi)}"
 
 
 def plot(rows: Sequence[dict], path: str) -> None:

@@ -7,6 +7,10 @@ state, the privacy ledger, and a fingerprint of the run
 (:mod:`tff_idp.training.fingerprint`) so a run cannot be resumed under other
 parameters.
 
+A checkpoint holds the run's privacy secret (the noise and sampling keys),
+so its files are created with mode 0600 and the checkpoint directory with
+0700, whatever the umask (docs/privacy.md).
+
 Each file is written to a temporary name unique to the writing process,
 flushed to disk (``fsync``) and renamed into place; the JSON is written
 last, so a checkpoint is complete iff its JSON exists. A checkpoint that
@@ -28,6 +32,8 @@ from tff_idp.errors import OutputDirError
 from tff_idp.errors import TffIdpError
 
 _NAME = "ckpt_{:06d}"
+SECRET_FILE_MODE = 0o600   # checkpoint files: owner read/write only
+SECRET_DIR_MODE = 0o700    # the checkpoint directory: owner only
 _PATTERN = re.compile(r"ckpt_(\d{6})\.json$")
 EXTENSIONS = (".json", ".npz")
 
@@ -59,10 +65,12 @@ def paths(directory: str, round_num: int) -> list[str]:
 
 
 def _atomic_write(path: str, write_fn: Callable[[Any], None], mode: str) -> None:
-  """Writes via ``<path>.<pid>.tmp`` + fsync + rename (unique per process)."""
+  """Writes via ``<path>.<pid>.tmp`` (mode 0600) + fsync + rename (unique per process)."""
   tmp = f"{path}.{os.getpid()}.tmp"
   try:
-    with open(tmp, mode) as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, SECRET_FILE_MODE)
+    os.fchmod(fd, SECRET_FILE_MODE)  # also when a stale tmp file existed
+    with os.fdopen(fd, mode) as f:
       write_fn(f)
       f.flush()
       os.fsync(f.fileno())
@@ -100,7 +108,8 @@ def save(directory: str, round_num: int, state: Any, meta: dict,
   leaves = [np.asarray(x) for x in tf.nest.flatten(state)]
   meta = dict(meta, round=int(round_num), num_leaves=len(leaves))
   try:
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=SECRET_DIR_MODE, exist_ok=True)
+    os.chmod(directory, SECRET_DIR_MODE)
     _atomic_write(base + ".npz", lambda f: np.savez(f, *leaves), "wb")
     _atomic_write(base + ".json", lambda f: json.dump(meta, f, indent=1), "w")
   except OSError as e:

@@ -175,8 +175,14 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         local_algorithm: str = "dp_sgd",
         class_groups: Optional[Mapping[int, str]] = None,
         restart: bool = False, audit_canaries: int = 0, audit_seed: int = 0,
-        audit_levels: Optional[Sequence[float]] = None) -> list[dict]:
+        audit_levels: Optional[Sequence[float]] = None,
+        dropout_cutoff: Optional[float] = None) -> list[dict]:
   """Every method × seed; returns one summary row per method.
+
+  ``dropout_cutoff`` is the Dropout baseline's ε_mod from the budget
+  specification (:func:`tff_idp.preferences.expected_budget` /
+  :func:`tff_idp.preferences.class_budget_cutoff`); ``None`` takes the mean
+  of ``budgets`` (see :mod:`tff_idp.accounting.record_plan`).
 
   ``restart`` discards each run directory's checkpoints and metrics first
   (the ``--restart`` flag); otherwise a rerun resumes, and a finished run
@@ -217,7 +223,8 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
   eval_metrics = [k for k in group_metrics.flat_field_names(group_names)
                   if k != "accuracy"] if class_groups else []
   plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch,
-                                            estimator) for m in methods}
+                                            estimator, dropout_cutoff=dropout_cutoff)
+           for m in methods}
   audit_canary_sets = {}
   if audit_canaries:
     from tff_idp.audit import record_canaries  # pylint: disable=g-import-not-at-top

@@ -36,7 +36,7 @@ def test_table3_uniform2_parity(uniform2):
   assert unis.user_level_paper.epsilon == pytest.approx(76.93, abs=0.01)
   sapes = L.ApesLedger(uniform2, D, 1e-8, 3.6e-5, b=1570, bound="eon_paper",
                        include_pld=False).round_account()
-  assert sapes.k == 3140 and sapes.epsilon_ul == pytest.approx((78.5, 1570), rel=3e-3)
+  assert sapes.k == 1570 and sapes.epsilon_ul == pytest.approx((78.5, 1570), rel=3e-3)
   assert sapes.user_level_paper.epsilon == pytest.approx(25.62, abs=0.02)
 
 

@@ -2,7 +2,8 @@
 
 An APES user's update has d coordinates, each shuffled separately, so the
 user-level guarantee of one round is the k-fold composition of the
-coordinate-level (ε^c, δ^c) with k = d (APES) or k = 2b (S-APES, Prop. 1 of
+coordinate-level (ε^c, δ^c) with k = d (APES) or k = b (S-APES's random
+b-subset; the ledger) / 2b (S-APES, Prop. 1 of
 the paper); T rounds compose k·T times. Three accountants:
 
 * :func:`exact` — optimal composition of k identical (ε, δ)-DP mechanisms
