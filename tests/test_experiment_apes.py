@@ -23,7 +23,8 @@ def test_tiny_run_prints_the_table_and_resumes(tmp_path):
   args = ["--users=40", "--rounds=2", "--local_epochs=2"]
   proc = _run(args, tmp_path / "out")
   assert proc.returncode == 0, proc.stderr[-3000:]
-  for label in ("Non-private", "LDP-min", "PLDP", "UniS", "APES", "S-APES"):
+  for label in ("Non-private", "LDP-min", "PLDP", "UniS", "APES", "S-APES",
+                "S-APES (paper's top-b)"):
     assert f"| {label} |" in proc.stdout, proc.stdout
   summary = json.load(open(tmp_path / "out" / "summary.json"))
   rows = {r["framework"]: r for r in summary["rows"]}
