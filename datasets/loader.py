@@ -105,6 +105,22 @@ class SplitViews:
   def label_names(self) -> tuple[str, ...]:
     return tuple(self.info.label_names)
 
+  def evaluation_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+    """`test_arrays()` for a run that evaluates: refuses a split without test examples.
+
+    Every experiment and runner evaluates the released model on the
+    centralized test set, so an empty one is refused here, in one line,
+    before any training (not at the first evaluation).
+    """
+    x, y = self.test_arrays()
+    if len(y) == 0:
+      where = getattr(self, "directory", None)
+      raise ToolkitValueError(
+          f"the split{' at ' + where if where else ''} has no test examples, and every run "
+          "evaluates the model on them: pass test_x= and test_y= to datasets.from_arrays "
+          "(and save the split again).")
+    return x, y
+
   def test_dataset(self):
     """The centralized test set as a `tf.data.Dataset` of OrderedDict(x, y)."""
     import collections  # pylint: disable=g-import-not-at-top

@@ -189,7 +189,7 @@ def main(argv):
         num_clients=_NUM_CLIENTS.value if given("num_clients") else None,
         seed=_DATA_SEED.value if given("data_seed") else None, data_dir=_DATA_DIR.value)
     train = split.train_client_data()
-    test_x, test_y = split.test_arrays()
+    test_x, test_y = split.evaluation_arrays()
     info = split.info
     shape, num_classes, rescale = tuple(info.input_shape), info.num_classes, info.rescale
     name = f"{_DATASET.value} ({getattr(split, 'directory', '')})"

@@ -294,7 +294,7 @@ def run(p: PaperPreset) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   partition = split.manifest["partition"] if split.manifest else v["partition"]
-  test_x, test_y = split.test_arrays()
+  test_x, test_y = split.evaluation_arrays()
   info = split.info
   try:
     keras_builder = models.builder_for(info.input_shape, info.num_classes, "cnn",

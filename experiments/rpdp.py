@@ -237,7 +237,7 @@ def split_federation(dataset: str, partition: str, num_clients: Optional[int], s
     parts[f"silo_{index % silos:02d}" if builtin or silos != len(ids) else cid].append(arrays)
   x = {k: np.concatenate([a for a, _ in v]) for k, v in parts.items()}
   y = {k: np.concatenate([b for _, b in v]) for k, v in parts.items()}
-  test_x, test_y = split.test_arrays()
+  test_x, test_y = split.evaluation_arrays()
   if mnist_shaped:
     test_x = test_x * info.rescale
     builder = lambda: models.build_rpdp_mnist_cnn(shape, info.num_classes, seed=0)

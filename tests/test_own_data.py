@@ -126,3 +126,25 @@ def test_idp_fedavg_cli_runs_a_saved_split(tmp_path):
                                          f"--output_dir={tmp_path / 'out'}"])
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "60 clients" in proc.stdout
+
+
+def test_a_split_without_test_examples_is_refused_before_training(tmp_path):
+  """from_arrays without test_x/test_y makes a split with an empty test set; every run
+  evaluates, so the runners and the CLI refuse it in one line before training."""
+  from tff_idp import runners
+  from tff_idp.errors import ToolkitValueError
+  rng = np.random.default_rng(1)
+  x, y = rng.normal(size=(120, 4)), np.arange(120) % 2
+  split = datasets.from_arrays(x, y, partition="iid", num_clients=4)
+  with pytest.raises(ToolkitValueError, match="no test examples.*test_x= and test_y="):
+    split.evaluation_arrays()
+  with pytest.raises(ToolkitValueError, match="no test examples"):
+    runners.run_rpdp(split, output_dir=str(tmp_path / "rpdp"), head="sigmoid", rounds=1)
+  assert not (tmp_path / "rpdp").exists() or not any((tmp_path / "rpdp").iterdir())
+  path = str(tmp_path / "no_test")
+  split.save(path)
+  proc = _run("experiments.rpdp", [f"--dataset={path}", "--head=sigmoid", "--rounds=1",
+                                   f"--output_dir={tmp_path / 'out'}"])
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: the split at") and "no test examples" in last, last

@@ -109,7 +109,7 @@ def run_idp_fedavg(split, *, output_dir: str,
       client_execution=client_execution, parallel_clients=parallel_clients)
   train = split.train_client_data()
   runs_lib.validate(config, len(train.client_ids))
-  test_x, test_y = split.test_arrays()
+  test_x, test_y = split.evaluation_arrays()
   with _runtime(own_runtime, device):
     rows = runs_lib.run_all(config, train, model_fn, keras_builder, test_x, test_y,
                             eval_batch_size=1024)
@@ -161,7 +161,7 @@ def run_rpdp(split, *, output_dir: str,
   for cid in train.client_ids:
     x[cid], y[cid] = loader.to_arrays(train.create_tf_dataset_for_client(cid))
   records = record_level.RecordFederation(x, y)
-  test_x, test_y = split.test_arrays()
+  test_x, test_y = split.evaluation_arrays()
   federation = record_runs.Federation(records, test_x, test_y, keras_builder,
                                       f"{getattr(split, 'dataset', 'split')}, "
                                       f"{len(x)} clients", num_classes, head)
