@@ -304,10 +304,7 @@ def open_split(directory: str, expected: Optional[specs.FederationSpec] = None,
   if os.path.isfile(train) and os.path.isfile(test):
     ds = expected.dataset if expected is not None else dataset
     if ds is None:
-      raise ToolkitValueError(
-          f"{directory} has no {builder.MANIFEST}, so it does not say which dataset it "
-          "holds; open it with open_split(directory, dataset='cifar10') (or 'fmnist', "
-          "'svhn'), or pass --dataset.")
+      raise ToolkitValueError(_missing_manifest_advice(directory, train))
     d = specs.info(ds)
     for path in (train, test):
       sql_split.check_sqlite(path, d.features)
@@ -316,6 +313,27 @@ def open_split(directory: str, expected: Optional[specs.FederationSpec] = None,
   raise sql_split.SplitNotFoundError(
       f"no split in {directory} (expected {builder.MANIFEST}, {builder.TRAIN_FILE} and "
       f"{builder.TEST_FILE}).")
+
+
+def _missing_manifest_advice(directory: str, train: str) -> str:
+  """What to do with a split directory whose manifest is gone, by what its files hold."""
+  matching = []
+  for name in sorted(specs.DATASETS):
+    try:
+      sql_split.check_sqlite(train, specs.info(name).features)
+      matching.append(name)
+    except sql_split.SplitFormatError:
+      pass
+  if not matching:
+    return (f"{directory} has no {builder.MANIFEST}, and its files are not a built-in "
+            "dataset's: a split saved by datasets.from_arrays(...).save(dir) keeps its "
+            f"features and classes in {builder.MANIFEST}, so restore that file, or save the "
+            "split again from your arrays.")
+  names = " or ".join(repr(n) for n in matching)
+  return (f"{directory} has no {builder.MANIFEST}, so it does not say which dataset it "
+          f"holds; its files have the format of {names}: open it with "
+          f"open_split(directory, dataset={matching[0]!r}), or rebuild it with "
+          "`python -m datasets.build`.")
 
 
 def default_split_dir(spec: specs.FederationSpec) -> str:
@@ -369,15 +387,18 @@ def check_asked(split: FederatedSplit, **asked) -> None:
 
 
 def _unknown_dataset(dataset: str) -> ToolkitValueError:
-  where = ""
   if os.sep in dataset or dataset.startswith((".", "~")):
-    where = f" There is no directory {os.path.abspath(os.path.expanduser(dataset))}."
+    path = os.path.abspath(os.path.expanduser(dataset))
+    return ToolkitValueError(
+        f"dataset {dataset!r}: the path {path} does not exist. Give the directory of a saved split (made "
+        "by datasets.from_arrays(...).save(dir) or `python -m datasets.build`), or a "
+        f"built-in name ({', '.join(sorted(specs.DATASETS))}).")
   return ToolkitValueError(
       f"unknown dataset {dataset!r}. Pass a built-in name "
       f"({', '.join(sorted(specs.DATASETS))}), '{TFDS_PREFIX}<name>' for a TensorFlow "
       f"Datasets image-classification dataset (e.g. '{TFDS_PREFIX}mnist'), or the path "
       "of a split directory (made by datasets.from_arrays(...).save(dir) or "
-      "`python -m datasets.build`)." + where)
+      "`python -m datasets.build`).")
 
 
 def resolve(dataset: str, *, partition: Optional[str] = None,

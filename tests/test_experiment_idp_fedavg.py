@@ -69,6 +69,7 @@ def test_clipped_count_stddev_flag_is_honoured_by_validation(tmp_path):
 
 @pytest.mark.parametrize("args,match", [
     (["--runs=50-60"], "sum to"),
+    (["--runs=30-30"], "--runs: run spec '30-30': the percentages 30-30 sum to 60, not 100"),
     (["--runs=foo:1-2"], "mode must be idp or scale"),
     (["--runs=10-90", "--budgets=1,2,3"], "one percentage per budget"),
     (["--clients_per_round=500", "--num_clients=100"], "exceeds num_clients"),

@@ -181,7 +181,7 @@ def test_resolve_rejects_unknown_names_listing_the_choices(tmp_path):
   for choice in ("cifar10", "fmnist", "svhn", "tfds:<name>", "tfds:mnist", "path",
                  "from_arrays"):
     assert choice in text
-  with pytest.raises(ToolkitValueError, match="There is no directory"):
+  with pytest.raises(ToolkitValueError, match="does not exist"):
     datasets.resolve(str(tmp_path / "nowhere" / "split"))
   with pytest.raises(ToolkitValueError, match="omit split_dir"):
     datasets.resolve(str(tmp_path), split_dir=str(tmp_path))

@@ -233,3 +233,28 @@ def test_rows_sha256_streams_the_digest_the_writer_returned(tmp_path):
   assert sql_split.rows_sha256(path) == (digest, 6)
   counts = sql_split.scan_rows(path, spec, 3, full=True)
   assert {k: v.tolist() for k, v in counts.items()} == {"a": [1, 1, 1], "b": [1, 1, 1]}
+
+
+def test_own_split_without_manifest_says_to_restore_it(tmp_path):
+  """A from_arrays split whose manifest is gone is not a built-in dataset's: the
+  message says to restore the manifest or save again, not to pass dataset='cifar10'."""
+  import numpy as np
+  import datasets
+  from tff_idp.errors import ToolkitValueError
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=(40, 3)), np.arange(40) % 2
+  path = str(tmp_path / "own")
+  datasets.from_arrays(x, y, partition="iid", num_clients=2, test_x=x[:4],
+                       test_y=y[:4]).save(path)
+  os.remove(os.path.join(path, "manifest.json"))
+  with pytest.raises(ToolkitValueError) as e:
+    datasets.open_split(path)
+  text = str(e.value)
+  assert "restore that file, or save the split again" in text and "cifar10" not in text
+
+
+def test_missing_dataset_path_says_it_does_not_exist(tmp_path):
+  import datasets
+  from tff_idp.errors import ToolkitValueError
+  with pytest.raises(ToolkitValueError, match=r"the path .*nowhere does not exist"):
+    datasets.resolve(str(tmp_path / "nowhere"))

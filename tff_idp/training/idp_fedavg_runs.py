@@ -159,7 +159,10 @@ def validate(config: TrainingConfig, num_clients: int) -> None:
       raise ValueError(f"--{key}={value} must be a finite number > 0 (or unset for "
                        "the default).")
   for text in config.runs:
-    spec = privacy_plan.parse_run_spec(text, config.ratios, len(config.budgets))
+    try:
+      spec = privacy_plan.parse_run_spec(text, config.ratios, len(config.budgets))
+    except ValueError as e:
+      raise ValueError(f"--runs: {e}") from None
     plan = privacy_plan.make_privacy_plan(
         spec, config.budgets, num_clients, config.clients_per_round, config.rounds,
         config.delta, config.accountant, config.seeds[0], config.allow_overrun,

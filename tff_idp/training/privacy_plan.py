@@ -8,7 +8,8 @@ Run specs (the experiment modules' ``--runs`` flag):
                   DP at that group's ε (e.g. ``100-0-0`` strict, ``0-0-100``
                   relaxed): Alg. 1 then reduces to getNoise(ε, c/N).
 * ``idp``         IDP-SAMPLE with the ``--ratios`` distribution.
-* ``scale:A-B-C`` / ``scale``  the SCALE baseline on that distribution.
+* ``scale:A-B-C`` / ``scale``  the SCALE baseline on that distribution;
+  ``scale-A-B-C`` (the name tables and output folders use) is accepted too.
 """
 from __future__ import annotations
 
@@ -37,18 +38,27 @@ def parse_run_spec(text: str, default_ratios: Sequence[float], num_groups: int) 
   text = text.strip()
   if text == "nonprivate":
     return RunSpec("nonprivate", "nonprivate")
+  if text.startswith("scale-"):  # the run's own name, as tables and folders print it
+    text = "scale:" + text[len("scale-"):]
   mode, _, dist = text.rpartition(":") if ":" in text else ("idp", "", text)
   if mode not in ("idp", "scale"):
-    raise ValueError(f"run spec {text!r}: mode must be idp or scale, e.g. scale:34-43-23.")
+    raise ValueError(f"run spec {text!r}: mode must be idp or scale, e.g. scale:34-43-23 "
+                     "(or scale-34-43-23).")
   if dist in ("idp", "scale", ""):
     ratios = tuple(float(r) for r in default_ratios)
     mode = dist or mode
     dist = "-".join(f"{100 * r:g}" for r in ratios)
   else:
     try:
-      ratios = tuple(float(p) / 100.0 for p in dist.split("-"))
+      percentages = [float(p) for p in dist.split("-")]
     except ValueError:
-      raise ValueError(f"run spec {text!r}: expected percentages like 34-43-23.") from None
+      raise ValueError(f"run spec {text!r}: expected nonprivate, idp, scale, percentages "
+                       "like 34-43-23, or scale:34-43-23 / scale-34-43-23.") from None
+    if len(percentages) == num_groups and abs(sum(percentages) - 100.0) > 1e-6:
+      raise ValueError(f"run spec {text!r}: the percentages {dist} sum to "
+                       f"{sum(percentages):g}, not 100; give each group's share of the "
+                       "clients in percent, e.g. 34-43-23.")
+    ratios = tuple(p / 100.0 for p in percentages)
   if len(ratios) != num_groups:
     raise ValueError(f"run spec {text!r} has {len(ratios)} groups but there are "
                      f"{num_groups} budgets; give one percentage per budget.")

@@ -1,0 +1,34 @@
+"""Run specs (``--runs``): the accepted forms and the messages that say what to change."""
+import pytest
+
+from tff_idp.training import privacy_plan
+
+RATIOS = (0.34, 0.43, 0.23)
+
+
+@pytest.mark.parametrize("text, name, mode", [
+    ("nonprivate", "nonprivate", "nonprivate"),
+    ("34-43-23", "34-43-23", "idp"),
+    ("idp", "34-43-23", "idp"),
+    ("scale", "scale-34-43-23", "scale"),
+    ("scale:54-37-9", "scale-54-37-9", "scale"),
+    ("scale-54-37-9", "scale-54-37-9", "scale"),   # the name tables and folders print
+])
+def test_accepted_forms(text, name, mode):
+  spec = privacy_plan.parse_run_spec(text, RATIOS, 3)
+  assert (spec.name, spec.mode) == (name, mode)
+
+
+def test_percentages_that_do_not_sum_to_100_speak_of_percentages():
+  with pytest.raises(ValueError, match=r"percentages 10-20-30 sum to 60, not 100"):
+    privacy_plan.parse_run_spec("10-20-30", RATIOS, 3)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("magic:1-2-97", "mode must be idp or scale.*scale-34-43-23"),
+    ("a-b-c", "percentages like 34-43-23.*scale-34-43-23"),
+    ("50-50", "has 2 groups but there are 3 budgets"),
+])
+def test_bad_specs_say_what_to_write(text, match):
+  with pytest.raises(ValueError, match=match):
+    privacy_plan.parse_run_spec(text, RATIOS, 3)
