@@ -106,17 +106,24 @@ _INO_GAMMA = flags.DEFINE_float(
     "the embedded silos).")
 _INO_ALPHA = flags.DEFINE_float("ino_alpha", 1.0, "ino_sgd: Beta(α, β) tail function, α.")
 _INO_BETA = flags.DEFINE_float("ino_beta", 1.0, "ino_sgd: Beta(α, β) tail function, β.")
-_ROUNDS = flags.DEFINE_integer("rounds", 30, "T: communication rounds.")
-_LOCAL_STEPS = flags.DEFINE_integer("local_steps", 10, "τ: local DP-SGD steps per round.")
-_CLIENT_RATE = flags.DEFINE_float("client_rate", 0.5, "λ: client sampling rate.")
-_NOISE = flags.DEFINE_float("noise_multiplier", 2.0, "σ: noise multiplier of each step.")
-_CLIP = flags.DEFINE_float("clip_norm", 1.0, "L: per-example clipping norm.")
-_LR = flags.DEFINE_float("learning_rate", 1.0, "Client SGD learning rate η.")
-_DELTA = flags.DEFINE_float("delta", 1e-4, "Target δ.")
-_THREAT = flags.DEFINE_enum("threat_model", "type2", list(THREAT_MODELS),
+_ROUNDS = flags.DEFINE_integer("rounds", record_runs.DEFAULTS["rounds"],
+                               "T: communication rounds.")
+_LOCAL_STEPS = flags.DEFINE_integer("local_steps", record_runs.DEFAULTS["local_steps"],
+                                    "τ: local DP-SGD steps per round.")
+_CLIENT_RATE = flags.DEFINE_float("client_rate", record_runs.DEFAULTS["client_rate"],
+                                  "λ: client sampling rate.")
+_NOISE = flags.DEFINE_float("noise_multiplier", record_runs.DEFAULTS["noise_multiplier"],
+                            "σ: noise multiplier of each step.")
+_CLIP = flags.DEFINE_float("clip_norm", record_runs.DEFAULTS["clip_norm"],
+                           "L: per-example clipping norm.")
+_LR = flags.DEFINE_float("learning_rate", record_runs.DEFAULTS["learning_rate"],
+                         "Client SGD learning rate η.")
+_DELTA = flags.DEFINE_float("delta", record_runs.DEFAULTS["delta"], "Target δ.")
+_THREAT = flags.DEFINE_enum("threat_model", record_runs.DEFAULTS["threat_model"],
+                            list(THREAT_MODELS),
                             "type2: third parties see global models (Thm 1 (1)); "
                             "type1: an honest-but-curious server (Thm 1 (2)).")
-_PF_BATCH = flags.DEFINE_float("privacy_free_batch", 64.0,
+_PF_BATCH = flags.DEFINE_float("privacy_free_batch", record_runs.DEFAULTS["privacy_free_batch"],
                                "PrivacyFree: expected records per local step.")
 _DATASET = flags.DEFINE_string(
     "dataset", "synthetic",
@@ -143,8 +150,10 @@ _DATA_SEED = flags.DEFINE_integer("data_seed", 0, "Seed of the federation.")
 _BUDGET_SEED = flags.DEFINE_integer("budget_seed", 0, "Seed of the budget assignment.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1"], "Training seeds (results are averaged).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/rpdp", "Where results go.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 5, "Evaluate every k rounds.")
-_CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", 5, "Checkpoint every k rounds.")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", record_runs.DEFAULTS["eval_every"],
+                                   "Evaluate every k rounds.")
+_CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", record_runs.DEFAULTS["checkpoint_every"],
+                                         "Checkpoint every k rounds.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
 worker_flags.define()
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")

@@ -35,3 +35,22 @@ def test_snippet_runs_end_to_end(tmp_path):
   out = tmp_path / "runs" / "my_hospitals"
   assert (out / "ours" / "seed0" / "metrics.csv").exists()
   assert (out / "summary.json").exists() and (out / "accuracy.png").exists()
+  import json
+  config = json.load(open(out / "summary.json"))["config"]
+  # The runner's settings are experiments.rpdp's defaults (one default, issue 25).
+  from tff_idp.training import record_runs
+  for key in ("local_steps", "client_rate", "noise_multiplier", "clip_norm", "delta"):
+    assert config[key] == record_runs.DEFAULTS[key], key
+  assert config["rounds"] == 10  # as the snippet asks
+
+
+def test_the_cli_flags_default_to_the_shared_rpdp_settings():
+  # In a subprocess: importing an experiment module defines its flags globally.
+  code = ("from absl import flags; import experiments.rpdp; "
+          "from tff_idp.training import record_runs; "
+          "bad = [k for k, v in record_runs.DEFAULTS.items() if flags.FLAGS[k].default != v]; "
+          "print('mismatch', bad) if bad else print('ok')")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                        timeout=300, stdin=subprocess.DEVNULL,
+                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert proc.stdout.strip().splitlines()[-1] == "ok", proc.stdout + proc.stderr[-2000:]

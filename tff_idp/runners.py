@@ -119,13 +119,15 @@ def run_idp_fedavg(split, *, output_dir: str,
 def run_rpdp(split, *, output_dir: str,
              budgets: Union[str, Any, dict] = "three_levels",
              methods: Sequence[str] = ("ours", "minimum", "dropout", "privacy_free"),
-             rounds: int = 20, local_steps: int = 10, client_rate: float = 1.0,
-             noise_multiplier: float = 2.0, clip_norm: float = 1.0,
-             learning_rate: float = 1.0, delta: float = 1e-4, threat_model: str = "type2",
+             rounds: Optional[int] = None, local_steps: Optional[int] = None,
+             client_rate: Optional[float] = None, noise_multiplier: Optional[float] = None,
+             clip_norm: Optional[float] = None, learning_rate: Optional[float] = None,
+             delta: Optional[float] = None, threat_model: Optional[str] = None,
              seeds: Sequence[int] = (0,), budget_seed: int = 0,
              model: Union[str, Callable[[], Any]] = "auto", head: str = "softmax",
-             estimator: str = "scf", privacy_free_batch: float = 64.0,
-             eval_every: int = 5, checkpoint_every: int = 5, device: str = "cpu",
+             estimator: str = "scf", privacy_free_batch: Optional[float] = None,
+             eval_every: Optional[int] = None, checkpoint_every: Optional[int] = None,
+             device: str = "cpu",
              progress: bool = True, own_runtime: bool = True,
              dropout_cutoff: Optional[float] = None) -> RunResult:
   """rPDP-FL (record-level personalized DP) and its baselines on ``split``.
@@ -138,7 +140,11 @@ def run_rpdp(split, *, output_dir: str,
       "bounded_mix_gauss"), a distribution object, or ``{client_id: array}``.
     methods: among ours, minimum, dropout, privacy_free (rPDP-FL §7.2).
     rounds, local_steps, client_rate, noise_multiplier, clip_norm: T, τ, λ,
-      σ, L of Alg. 3; ``delta`` and ``threat_model`` of Thm 1.
+      σ, L of Alg. 3; ``delta`` and ``threat_model`` of Thm 1. Every setting
+      left at ``None`` takes ``experiments.rpdp``'s default
+      (``tff_idp.training.record_runs.DEFAULTS``: T = 30, τ = 10, λ = 0.5,
+      σ = 2, L = 1, η = 1, δ = 1e-4, type2), so the CLI and the runner run the
+      same experiment on the same split.
     model, head: as in :func:`run_idp_fedavg`.
     dropout_cutoff: the Dropout baseline's ε_mod. ``None``: the mean of the
       distribution (:func:`tff_idp.preferences.expected_budget`, from its
@@ -179,18 +185,26 @@ def run_rpdp(split, *, output_dir: str,
                                                        budget_seed)
     if dropout_cutoff is None:
       dropout_cutoff = preferences.expected_budget(distribution)
-  params = TwoStageParams(float(noise_multiplier), int(local_steps), int(rounds),
-                          float(client_rate), float(delta), threat_model)
+  given = dict(rounds=rounds, local_steps=local_steps, client_rate=client_rate,
+               noise_multiplier=noise_multiplier, clip_norm=clip_norm,
+               learning_rate=learning_rate, delta=delta, threat_model=threat_model,
+               privacy_free_batch=privacy_free_batch, eval_every=eval_every,
+               checkpoint_every=checkpoint_every)
+  settings = {k: record_runs.DEFAULTS[k] if v is None else v for k, v in given.items()}
+  params = TwoStageParams(float(settings["noise_multiplier"]), int(settings["local_steps"]),
+                          int(settings["rounds"]), float(settings["client_rate"]),
+                          float(settings["delta"]), settings["threat_model"])
   with _runtime(own_runtime, device):
     rows = record_runs.run(federation, record_budgets, params, list(methods),
-                           [int(s) for s in seeds], output_dir, float(clip_norm),
-                           float(learning_rate), float(privacy_free_batch), int(eval_every),
-                           int(checkpoint_every), progress, estimator,
+                           [int(s) for s in seeds], output_dir,
+                           float(settings["clip_norm"]), float(settings["learning_rate"]),
+                           float(settings["privacy_free_batch"]), int(settings["eval_every"]),
+                           int(settings["checkpoint_every"]), progress, estimator,
                            dropout_cutoff=dropout_cutoff)
-  config = dict(methods=list(methods), rounds=rounds, local_steps=local_steps,
-                client_rate=client_rate, noise_multiplier=noise_multiplier,
-                clip_norm=clip_norm, learning_rate=learning_rate, delta=delta,
-                threat_model=threat_model, seeds=list(seeds), budgets=str(budgets)
+  config = dict(methods=list(methods), **{k: settings[k] for k in (
+                    "rounds", "local_steps", "client_rate", "noise_multiplier",
+                    "clip_norm", "learning_rate", "delta", "threat_model")},
+                seeds=list(seeds), budgets=str(budgets)
                 if not isinstance(budgets, dict) else "per-record (given)",
                 model=model if isinstance(model, str) else "custom", head=head,
                 estimator=estimator, dataset=federation.name)

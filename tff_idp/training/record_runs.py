@@ -36,6 +36,13 @@ from tff_idp.training import group_metrics
 from tff_idp.training import record_level
 from tff_idp.training.metrics import read_metrics
 
+# The defaults of an rPDP-FL run, shared by ``experiments.rpdp``'s flags and
+# ``tff_idp.runners.run_rpdp`` so that the CLI and the library run the same
+# experiment unless told otherwise (rPDP-FL §7.2's setting: T, τ, λ, σ, L, η, δ).
+DEFAULTS = dict(rounds=30, local_steps=10, client_rate=0.5, noise_multiplier=2.0,
+                clip_norm=1.0, learning_rate=1.0, delta=1e-4, threat_model="type2",
+                privacy_free_batch=64.0, eval_every=5, checkpoint_every=5)
+
 
 class AuditConfigError(ValueError):
   """The requested canary audit cannot be set up (raised before any training)."""
