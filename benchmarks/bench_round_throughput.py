@@ -116,24 +116,39 @@ class Workload:
     return (self.clients if n is None else n) * self.examples * self.epochs
 
 
+def clipped_count_stddev(clients: int) -> float:
+  """σ_b of the clip-bit noise: TFF's 0.05·c, raised to σ where 0.05·c ≤ σ/2 would fail."""
+  return max(0.05 * clients, NOISE_MULTIPLIER)
+
+
 def build_processes(w: Workload) -> dict:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.learning import model_update_aggregator  # pylint: disable=g-import-not-at-top
   from tff_idp.aggregators import AdaptiveClipDPMeanFactory  # pylint: disable=g-import-not-at-top
   from tff_idp.training.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
   adam = lambda: tff.learning.optimizers.build_adam(learning_rate=CLIENT_LR)
   sgd = lambda: tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  # TFF's adaptive clipping needs σ < 2σ_b; its default σ_b = 0.05·c fails for
+  # small cohorts (c ≤ 20 at σ = 1), so every DP entry takes σ_b = max(0.05·c, σ):
+  # the default at the documented 30 clients, and a valid one for small runs.
+  count_stddev = clipped_count_stddev(w.clients)
+  # tff.learning.dp_aggregator with that σ_b: the same gaussian_adaptive + zeroing.
+  stock_aggregator = model_update_aggregator._default_zeroing(  # pylint: disable=protected-access
+      tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+          NOISE_MULTIPLIER, w.clients, clipped_count_stddev=count_stddev))
   stock = tff.learning.algorithms.build_unweighted_fed_avg(
       w.model_fn, client_optimizer_fn=adam(), server_optimizer_fn=sgd(),
-      model_aggregator=tff.learning.dp_aggregator(NOISE_MULTIPLIER, w.clients))
+      model_aggregator=stock_aggregator)
   # What build_idp_fedavg_process built before issue 14: TFF's default client loop.
   before = tff.learning.algorithms.build_weighted_fed_avg(
       w.model_fn, adam(), sgd(), client_weighting=tff.learning.ClientWeighting.UNIFORM,
-      model_aggregator=AdaptiveClipDPMeanFactory(NOISE_MULTIPLIER, w.clients, noise_seed=0),
+      model_aggregator=AdaptiveClipDPMeanFactory(NOISE_MULTIPLIER, w.clients, noise_seed=0,
+                                                 clipped_count_stddev=count_stddev),
       loop_implementation=tff.learning.LoopImplementation.DATASET_REDUCE)
   ours = lambda **kw: build_idp_fedavg_process(  # noqa: E731
       w.model_fn, client_optimizer=adam(), server_optimizer=sgd(),
       noise_multiplier=NOISE_MULTIPLIER, expected_clients_per_round=w.clients,
-      aggregator_kwargs=dict(noise_seed=0), **kw)
+      aggregator_kwargs=dict(noise_seed=0, clipped_count_stddev=count_stddev), **kw)
   return {"stock": stock, "before": before, "tff": ours(client_execution="tff"),
           "in_process_1": ours(client_execution="in_process", parallel_clients=1),
           "in_process": ours(client_execution="in_process")}
