@@ -448,6 +448,11 @@ def main(argv):
   try:
     cfg = parse_config()
     preset = PRESETS[cfg["preset"]]
+    if preset.dataset == "synthetic":
+      cli.refuse_inapplicable(
+          ("data_dir", "split_dir"),
+          f"--preset={cfg['preset']} uses the embedded data, and only the mn/cm/cl presets "
+          "read source files or a built split")
     data = load_data(preset, cfg["train_examples"], cfg["test_examples"], cfg["data_seed"],
                      _DATA_DIR.value, _SPLIT_DIR.value)
     owners = owner_of_labels(data.y, preset.owners)

@@ -320,6 +320,15 @@ def main(argv):
       local_weight_fn = importance.ino_example_weight_fn(antiderivative=tif)
       local_algorithm = f"ino_sgd(γ={_INO_GAMMA.value:g}, {tif.name})"
     if _DATASET.value == "synthetic":
+      cli.refuse_inapplicable(
+          ("data_dir", "split_dir", "partition", "model"),
+          "--dataset=synthetic is the embedded federation (it reads no files, has no "
+          "partition and always trains logistic regression)")
+    else:
+      cli.refuse_inapplicable(
+          ("users_per_silo", "iid"),
+          f"they shape the embedded federation, and --dataset={_DATASET.value} is not it")
+    if _DATASET.value == "synthetic":
       federation = synthetic_federation(_NUM_CLIENTS.value, _USERS_PER_SILO.value,
                                         _IID.value, _DATA_SEED.value)
     else:

@@ -110,6 +110,9 @@ CASES = [
     (["--ino_alpha=0"], "ino_alpha"),
     (["--learning_rate=0"], "learning_rate"),
     (["--seeds="], "at least one seed"),
+    (["--split_dir=/nonexistent"], "--split_dir cannot apply here: --preset=embedded uses the "
+                                   "embedded data"),
+    (["--data_dir=/x", "--split_dir=/y"], "--data_dir, --split_dir cannot apply here"),
 ]
 
 

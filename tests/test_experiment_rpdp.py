@@ -144,6 +144,9 @@ BAD_FLAGS = [
     (["--audit_levels=0.5"], "only used with --audit_canaries"),
     (["--audit_canaries=7"], "--audit_canaries=7 .*multiple of 6"),
     (["--audit_canaries=12", "--methods=privacy_free"], "needs a private method"),
+    (["--split_dir=/nonexistent"], "--split_dir cannot apply here: --dataset=synthetic is the "
+                                   "embedded federation"),
+    (["--dataset=fmnist"], "--users_per_silo cannot apply here: they shape the embedded"),
 ]
 
 @pytest.fixture(scope="module")

@@ -244,6 +244,21 @@ def check_flags(flag_values: Optional[flags.FlagValues] = None,
 _held_locks: list = []
 
 
+def refuse_inapplicable(names, why: str,
+                        flag_values: Optional[flags.FlagValues] = None) -> None:
+  """Raises ``ToolkitValueError`` naming every flag of ``names`` given on the command line.
+
+  For flags that cannot apply to the run at hand (``why`` says why and what to
+  do): a flag that is silently ignored would let a user believe it acted.
+  """
+  fv = flags.FLAGS if flag_values is None else flag_values
+  given = [n for n in names if n in fv and fv[n].present]
+  if given:
+    listed = ", ".join(f"--{n}" for n in given)
+    raise ToolkitValueError(f"{listed} cannot apply here: {why}; drop "
+                            f"{'it' if len(given) == 1 else 'them'}.")
+
+
 def prepare_output_dir(path: str, flag: str = "output_dir") -> str:
   """Creates ``path``, checks it is writable and locks it for this process.
 
