@@ -190,6 +190,7 @@ def main(argv) -> int:
     return 2
   f = flags.FLAGS
   try:
+    cli.prepare_output_dir(f.out, flag="out")  # names --out when it is empty or unwritable
     report = run(sigmas=cli.float_list("sigmas"), rounds=f.rounds,
                  local_steps=f.local_steps, client_rate=f.client_rate, delta=f.delta,
                  threat_model=f.threat_model, out=f.out, curve_sigma=f.curve_sigma,

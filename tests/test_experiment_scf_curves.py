@@ -1,6 +1,7 @@
 """experiments.scf_curves: the CLI end to end (subprocess) and its run() in process."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -57,6 +58,13 @@ def test_cli_bad_flags_fail_fast(tmp_path):
     assert proc.returncode == 2, (args, proc.stderr[-2000:])
     assert "error:" in proc.stderr and match in proc.stderr, proc.stderr[-2000:]
   assert not (tmp_path / "scf_curves.png").exists()
+  for out, match in (("", "--out is empty"),
+                     (str(tmp_path / "file"), "--out=.*exists and is not a directory")):
+    (tmp_path / "file").write_text("x")
+    proc = _cli([f"--out={out}"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and re.search(match, last), last
 
 
 def test_run_reproduces_fig5_fits_and_curves(tmp_path):
