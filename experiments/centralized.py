@@ -580,4 +580,4 @@ if __name__ == "__main__":
   # must be the output of a TensorFlow Layer"). Flag checks in tests call
   # main() directly and never reach TensorFlow.
   import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

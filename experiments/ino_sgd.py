@@ -515,4 +515,4 @@ def main(argv):
 if __name__ == "__main__":
   # Keras must be imported before absl parses the flags (see experiments.centralized).
   import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -337,4 +337,4 @@ def main(p: PaperPreset) -> None:
   """
   import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   from experiments import common  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  app.run(cli.entry(lambda argv: run(p)))
+  app.run(cli.entry(lambda argv: run(p)), flags_parser=cli.parse_flags)

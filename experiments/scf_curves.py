@@ -209,4 +209,4 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

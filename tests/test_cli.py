@@ -114,6 +114,46 @@ def test_toolkit_errors_print_one_line_and_exit_2(exc, capsys):
   assert "Traceback" not in err
 
 
+def test_flag_parsing_errors_are_one_line_with_exit_2(capsys):
+  """absl's own parse errors (bad enum, malformed number, unknown flag) follow the rule."""
+  fv = flags.FlagValues()
+  flags.DEFINE_enum("accountant", "rdp", ["rdp", "pld"], "test flag", flag_values=fv)
+  flags.DEFINE_integer("rounds", 20, "test flag", flag_values=fv)
+  for arg, match in (("--accountant=foo", "--accountant"), ("--rounds=1e9", "an integer is "
+                                                                           "expected")):
+    with pytest.raises(SystemExit) as e:
+      cli.parse_flags(["prog", arg], fv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and match in err[0], err
+  assert cli.parse_flags(["prog", "--rounds=3"], fv) == ["prog"] and fv.rounds == 3
+
+
+ENUM_AND_NUMBER_CASES = [
+    ("experiments.idp_fedavg", "--accountant=foo", "--accountant"),
+    ("experiments.rpdp", "--model=foo", "--model"),
+    ("experiments.apes", "--device=tpu", "--device"),
+    ("experiments.idp_fedavg", "--rounds=1e9", "an integer is expected"),
+    ("tff_idp.calibrate", "--no_such_flag=1", "no_such_flag"),
+]
+
+
+def test_modules_turn_absl_parse_errors_into_one_line_and_exit_2(tmp_path):
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+  procs = [subprocess.Popen([sys.executable, "-m", module, arg,
+                             f"--output_dir={tmp_path / str(i)}"] if module.startswith(
+                                 "experiments") else [sys.executable, "-m", module, arg],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+           for i, (module, arg, _) in enumerate(ENUM_AND_NUMBER_CASES)]
+  for proc, (module, arg, match) in zip(procs, ENUM_AND_NUMBER_CASES):
+    _, err = proc.communicate(timeout=300)
+    lines = [l for l in err.strip().splitlines() if not TF_LOG_LINE.match(l)]
+    assert proc.returncode == 2, (module, arg, err[-2000:])
+    assert lines[-1].startswith("error: ") and match in lines[-1], (module, arg, lines)
+    assert "FATAL" not in err and "helpshort" not in err, (module, arg, err[-2000:])
+
+
 def test_keyboard_interrupt_prints_one_line_and_exits_130(capsys):
   assert _wrapped(KeyboardInterrupt())([]) == 130
   assert capsys.readouterr().err.strip() == cli.INTERRUPTED
