@@ -288,3 +288,24 @@ def test_stock_tff_context_is_released_before_interpreter_teardown():
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "service managers alive: 0" in proc.stdout, proc.stdout + proc.stderr[-2000:]
   assert "Exception ignored" not in proc.stderr
+
+
+def test_library_use_on_the_stock_context_exits_quietly():
+  """Library code run outside ``execution_context`` (TFF's stock context starts its own
+  worker) ends without "Exception ignored in ServiceManager.__del__": ``import tff_idp``
+  registers the hook, and the collected ServiceManager stops its worker by itself."""
+  script = textwrap.dedent("""
+      import numpy as np
+      import tff_idp
+      import tensorflow_federated as tff
+      @tff.tensorflow.computation(np.int32)
+      def add_one(x):
+        return x + 1
+      print("result", add_one(np.int32(1)))
+  """)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+  proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                        timeout=300, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "result 2" in proc.stdout
+  assert "Exception ignored" not in proc.stderr, proc.stderr[-2000:]

@@ -543,33 +543,3 @@ def execution_context(device: str = "cpu", **kwargs) -> Iterator[ExecutionRuntim
   runtime = ExecutionRuntime(device=device, **kwargs)
   with runtime:
     yield runtime
-
-
-def _release_stock_context_before_teardown() -> None:
-  """Drops TFF's import-time default context while the interpreter is intact.
-
-  ``import tensorflow_federated`` installs a stock C++ context whose
-  ``ServiceManager.__del__`` uses ``subprocess``; if that object is only
-  collected during interpreter teardown, ``subprocess`` is already gone and
-  Python prints "Exception ignored in ... ServiceManager.__del__" after the
-  program's last line (seen after one-line flag errors). The toolkit never runs
-  work on the stock context (``ExecutionRuntime`` owns the worker), so at exit
-  it is replaced by TFF's error-raising context and collected now, cleanly.
-  """
-  import sys  # pylint: disable=g-import-not-at-top
-  stack_module = sys.modules.get(
-      "tensorflow_federated.python.core.impl.context_stack.context_stack_impl")
-  error_module = sys.modules.get(
-      "tensorflow_federated.python.core.impl.context_stack.runtime_error_context")
-  if stack_module is None or error_module is None:
-    return
-  try:
-    stack_module.context_stack.set_default_context(
-        error_module.create_runtime_error_context())
-    import gc  # pylint: disable=g-import-not-at-top
-    gc.collect()
-  except Exception:  # pylint: disable=broad-except
-    pass
-
-
-atexit.register(_release_stock_context_before_teardown)
