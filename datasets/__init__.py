@@ -34,6 +34,8 @@ TensorFlow nor the submodules): `resolve`, `load_federated`, `open_split`,
 """
 import importlib
 
+import tff_idp  # noqa: F401  (quietens TensorFlow's log lines before any submodule imports it)
+
 _EXPORTS = {
     "resolve": "datasets.loader",
     "load_federated": "datasets.loader",

@@ -273,3 +273,30 @@ def test_short_run_is_quiet_and_sigint_ends_in_one_line(tmp_path):
   assert "most recent call first" in stderr, stderr[-3000:]  # the SIGUSR1 stacks
   assert not TF_LOG_LINE.search(stdout + stderr), (stdout + stderr)[-3000:]
   assert "Starting new session" not in stderr
+
+
+LIBRARY_USE = """
+import numpy as np
+import datasets
+from tff_idp import models
+split = datasets.from_arrays(np.random.default_rng(0).normal(size=(40, 3)), np.arange(40) % 2,
+                             partition="iid", num_clients=2)
+train = split.train_client_data()
+list(train.create_tf_dataset_for_client(train.client_ids[0]).take(1))
+models.build_logistic_regression(3, 2)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("user_level, loud", [(None, False), ("0", True)])
+def test_library_use_is_quiet_unless_the_user_set_the_level(user_level, loud):
+  env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",
+                                                         console.VERBOSE_ENV)}
+  env["PYTHONPATH"] = ROOT
+  if user_level is not None:
+    env["TF_CPP_MIN_LOG_LEVEL"] = user_level
+  proc = subprocess.run([sys.executable, "-c", LIBRARY_USE], capture_output=True, text=True,
+                        timeout=300, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+  assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+  tf_lines = TF_LOG_LINE.findall(proc.stderr)
+  assert bool(tf_lines) == loud, proc.stderr[-3000:]

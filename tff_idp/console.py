@@ -10,6 +10,12 @@ read once, when TensorFlow's shared library loads, so it has to be set
 ``__init__``, which Python runs before any entry module's own imports, so
 every entry module shares this one place.
 
+Library use is quiet too: ``import tff_idp`` (and ``import datasets``)
+call :func:`quiet_tensorflow` with ``library=True``, which changes only what
+the user has not set: ``TF_CPP_MIN_LOG_LEVEL`` if unset, and the
+``tensorflow`` logger if its level is still unset. It cannot quieten the
+C++ import lines if TensorFlow was imported first.
+
 ``--verbose`` on the command line (or ``TFF_IDP_VERBOSE=1``) keeps
 TensorFlow's default logging. A ``TF_CPP_MIN_LOG_LEVEL`` the user set
 explicitly is respected either way.
@@ -45,18 +51,26 @@ def verbose_requested(argv: Optional[Sequence[str]] = None) -> bool:
   return False
 
 
-def quiet_tensorflow(argv: Optional[Sequence[str]] = None) -> bool:
+def quiet_tensorflow(argv: Optional[Sequence[str]] = None, library: bool = False) -> bool:
   """Silences TensorFlow's C++ and Python logging unless verbose; returns True if quiet.
 
   Call before TensorFlow is imported (the C++ level is read at load time).
   The Python-side loggers (``tensorflow``, absl) are lowered to errors and
   warnings respectively, so library warnings that matter still show.
+  ``library=True`` (an ``import``, not a command line): no ``--verbose`` is
+  read from ``sys.argv``, a ``tensorflow`` logger level the user set is kept
+  and absl's verbosity is left alone.
   """
-  if verbose_requested(argv):
+  if verbose_requested(() if library else argv):
     return False
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_CPP_LEVEL)
+  tf_logger = logging.getLogger("tensorflow")
+  if library:
+    if tf_logger.level == logging.NOTSET:
+      tf_logger.setLevel(logging.ERROR)
+    return True
   # Pre-set: a later `import tensorflow` keeps the level of an existing logger.
-  logging.getLogger("tensorflow").setLevel(logging.ERROR)
+  tf_logger.setLevel(logging.ERROR)
   try:
     from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
     absl_logging.set_verbosity(absl_logging.WARNING)
