@@ -9,16 +9,16 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _snippet() -> str:
+def _snippet(name: str = "own-data-example") -> str:
   text = open(os.path.join(ROOT, "README.md")).read()
-  match = re.search(r"<!-- own-data-example -->\s*```python\n(.*?)```\s*<!-- /own-data-example -->",
-                    text, re.S)
-  assert match, "the README lost its <!-- own-data-example --> block"
+  match = re.search(rf"<!-- {name} -->\s*```python\n(.*?)```\s*<!-- /{name} -->", text, re.S)
+  assert match, f"the README lost its <!-- {name} --> block"
   return match.group(1)
 
 
-def test_snippet_is_short():
-  code = [l for l in _snippet().splitlines() if l.strip() and not l.lstrip().startswith("#")]
+@pytest.mark.parametrize("name", ["own-data-example", "own-data-idp-example"])
+def test_snippet_is_short(name):
+  code = [l for l in _snippet(name).splitlines() if l.strip() and not l.lstrip().startswith("#")]
   assert len(code) <= 12, code
 
 
@@ -54,3 +54,13 @@ def test_the_cli_flags_default_to_the_shared_rpdp_settings():
                         timeout=300, stdin=subprocess.DEVNULL,
                         env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.stdout.strip().splitlines()[-1] == "ok", proc.stdout + proc.stderr[-2000:]
+
+
+def test_idp_fedavg_snippet_runs_end_to_end(tmp_path):
+  proc = subprocess.run([sys.executable, "-c", _snippet("own-data-idp-example")], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for run in ("nonprivate", "34-43-23", "scale-34-43-23"):
+    assert re.search(rf"^\| {re.escape(run)} \|", proc.stdout, re.M), proc.stdout
+  assert (tmp_path / "runs" / "my_phones" / "summary.json").exists()
