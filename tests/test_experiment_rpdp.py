@@ -1,6 +1,8 @@
 """experiments.rpdp end to end on a tiny federation (slow), and its flag errors (fast)."""
 import csv
 import json
+
+import numpy as np
 import os
 import subprocess
 import sys
@@ -51,6 +53,41 @@ def test_rpdp_compares_all_methods_within_budget(tmp_path):
   header = open(tmp_path / "ours" / "seed0" / "diagnostics.csv").readline()
   assert "sampled_records" in header and "clients_sampled" in header
   assert "sampled_records" not in open(tmp_path / "ours" / "seed0" / "metrics.csv").readline()
+  _check_record_plan(tmp_path / "record_plan.csv", rows)
+
+
+def _check_record_plan(path, rows):
+  """The per-record plan, recomputed without the toolkit's accountant: dp-accounting's
+  Poisson-subsampled Gaussian RDP, composed as Theorem 1 says (tests/independent_dp.py's
+  style), at the parameters the file's header states."""
+  import re
+  from dp_accounting.rdp import rdp_privacy_accountant as rdp_lib
+  header = open(path).readline()
+  p = dict(re.findall(r"(\w+)=([^,;\s]+)", header))
+  sigma, tau, rounds = float(p["sigma"]), int(p["local_steps"]), int(p["rounds"])
+  lam, delta = float(p["client_rate"]), float(p["delta"])
+  assert p["threat_model"] == "type2"
+  orders = np.concatenate([np.linspace(1.01, 8, 50), np.arange(8, 257)])
+  plan = np.genfromtxt(path, delimiter=",", names=True, dtype=None, encoding=None,
+                       skip_header=1)
+  assert set(plan["method"]) == {"ours", "minimum", "dropout"}
+  counts = [np.sum(plan["method"] == m) for m in ("ours", "minimum", "dropout")]
+  assert counts[0] > 0 and len(set(counts)) == 1  # every record once per private method
+  assert np.all(plan["epsilon_charged"] <= plan["effective_budget"] * (1 + 1e-9))
+  assert np.all(plan["epsilon_charged"] <= plan["own_budget"] * (1 + 1e-9))  # never over
+  dropped = (plan["method"] == "dropout") & (plan["q"] == 0)
+  assert np.sum(dropped) == rows["dropout"]["records_q0"]
+  for q in np.unique(plan["q"])[:12]:
+    got = plan["epsilon_charged"][plan["q"] == q][0]
+    if q == 0:
+      assert got == 0
+      continue
+    local = tau * np.asarray(rdp_lib._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders))
+    per_round = (np.logaddexp(np.log1p(-lam), np.log(lam) + (orders - 1) * local) / (orders - 1)
+                 if lam < 1 else local)
+    want, _ = rdp_lib.compute_epsilon(orders, rounds * per_round, delta)
+    # The toolkit's own order grid is finer; it may only be tighter, by little.
+    assert got <= want * (1 + 1e-6) and got >= 0.9 * want, (q, got, want)
 
 
 @pytest.mark.slow

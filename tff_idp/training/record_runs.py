@@ -232,6 +232,7 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
   plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch,
                                             estimator, dropout_cutoff=dropout_cutoff)
            for m in methods}
+  write_record_plan(plans, params, output_dir)
   audit_canary_sets = {}
   if audit_canaries:
     from tff_idp.audit import record_canaries  # pylint: disable=g-import-not-at-top
@@ -329,6 +330,46 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         "calibration": plan.calibration, "history": history,
         "budget_sample": flat_budgets[:5000].tolist(), **groups, **audit})
   return results
+
+
+RECORD_PLAN_FILE = "record_plan.csv"
+
+
+def write_record_plan(plans: Mapping[str, "record_level.RecordPlan"], params: TwoStageParams,
+                      output_dir: str) -> str:
+  """Writes every record's plan, so an outside check can recompute its ε without the library.
+
+  One row per (method, client, record): the record's own budget ε_ij, the
+  budget the method calibrated it to (ε_min for Minimum, ε_mod for Dropout),
+  its sampling rate q_ij, and the ε that Theorem 1 charges it after the run's T
+  rounds (:func:`tff_idp.accounting.rdp_two_stage.epsilon`; 0 for q = 0).
+  A header comment gives σ, τ, T, λ, δ and the threat model. PrivacyFree has no
+  budget and is left out. The budgets are personal (under budgets by class,
+  a record's budget is its label's): keep the file with the diagnostics, not
+  the release.
+  """
+  from tff_idp.accounting import rdp_two_stage  # pylint: disable=g-import-not-at-top
+  path = os.path.join(output_dir, RECORD_PLAN_FILE)
+  os.makedirs(output_dir, exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    f.write(f"# rPDP-FL record plan: sigma={params.noise_multiplier!r}, "
+            f"local_steps={params.local_steps}, rounds={params.rounds}, "
+            f"client_rate={params.client_rate!r}, delta={params.delta!r}, "
+            f"threat_model={params.threat_model}; epsilon_charged = Theorem 1 at q\n")
+    f.write("method,client_id,record,own_budget,effective_budget,q,epsilon_charged\n")
+    for method, plan in plans.items():
+      if plan.budgets is None:
+        continue
+      own = plan.own_budgets or plan.budgets
+      for cid, rates in plan.rates.items():
+        rates = np.asarray(rates, float)
+        unique, inverse = np.unique(rates, return_inverse=True)
+        charged = np.asarray(rdp_two_stage.epsilon(unique, params), float)[inverse]
+        for j, (q, eps) in enumerate(zip(rates, charged)):
+          f.write(f"{method},{cid},{j},{float(own[cid][j])!r},"
+                  f"{float(plan.budgets[cid][j])!r},{float(q)!r},{float(eps)!r}\n")
+  os.replace(path + ".tmp", path)
+  return path
 
 
 def write_summary(results: list[dict], num_seeds: int, output_dir: str,
