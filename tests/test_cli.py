@@ -275,6 +275,32 @@ def test_short_run_is_quiet_and_sigint_ends_in_one_line(tmp_path):
   assert "Starting new session" not in stderr
 
 
+def test_sigterm_during_set_up_ends_in_one_line_within_seconds(tmp_path):
+  """SIGTERM after the run started its worker but before the first round: the
+  "terminated; resume with the same command" line, exit 143, in seconds (it was a bare
+  143 with no line: the runtime's handler lost the CLI's handler it should chain to)."""
+  out = tmp_path / "run"
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "experiments.idp_fedavg", "--runs=nonprivate,idp", "--seeds=0",
+       "--rounds=50", "--progress=false", f"--output_dir={out}"],
+      cwd=ROOT, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    line = proc.stdout.readline()  # "federation: ..." comes right before the worker starts
+    assert line.startswith("federation:"), line
+    time.sleep(1.0)
+    assert proc.poll() is None
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    took = time.time() - sent
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 143, (proc.returncode, stderr[-3000:])
+  assert stderr.strip().splitlines()[-1] == cli.TERMINATED, stderr[-3000:]
+  assert took < 30, took  # a few seconds here; generous for a loaded machine
+
+
 LIBRARY_USE = """
 import numpy as np
 import datasets

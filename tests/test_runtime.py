@@ -309,3 +309,39 @@ def test_library_use_on_the_stock_context_exits_quietly():
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "result 2" in proc.stdout
   assert "Exception ignored" not in proc.stderr, proc.stderr[-2000:]
+
+
+CHAIN_CHILD = textwrap.dedent("""
+    import signal, sys, time
+    class Chained(BaseException):
+      pass
+    def handler(signum, frame):
+      raise Chained()
+    signal.signal(signal.SIGTERM, handler)   # as tff_idp.cli.entry installs its own
+    from tff_idp import runtime
+    rt = runtime.ExecutionRuntime().start()
+    print("WORKER", rt.worker_pid, flush=True)
+    try:
+      time.sleep(120)
+    except Chained:
+      print("CHAINED", flush=True)
+      sys.exit(7)
+""")
+
+
+def test_signal_handler_chains_to_the_one_it_replaced():
+  """SIGTERM on a started runtime stops the worker and then runs the handler it replaced
+  (the CLI's, which prints "terminated; resume with the same command"); it used to read
+  that handler after close() had forgotten it, and exit with a bare SystemExit(143)."""
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+  proc = subprocess.Popen([sys.executable, "-c", CHAIN_CHILD], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+  try:
+    pid = _read_worker_pid(proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 7 and "CHAINED" in out, (proc.returncode, out, err[-2000:])
+  assert _wait_dead(pid)

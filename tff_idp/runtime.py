@@ -489,10 +489,13 @@ class ExecutionRuntime:
     return self
 
   def _on_signal(self, signum, frame):
+    # Read the handler to chain to first: close() restores and forgets them
+    # (reading it after close() lost the CLI's "terminated; resume ..." line
+    # once a runtime had started, and exited with a bare 143).
+    previous = self._previous_handlers.get(signum)
     # Never block the handler on a lock another thread may hold: after a
     # few seconds the worker is stopped by PID regardless.
     self.close(lock_timeout_s=_SIGNAL_LOCK_TIMEOUT_S)
-    previous = self._previous_handlers.get(signum)
     if callable(previous):
       previous(signum, frame)
     elif signum == signal.SIGINT:
