@@ -28,6 +28,7 @@ import zlib
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
+from scipy import stats
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -383,6 +384,9 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
                         epsilon_spent=list(eps_spent) if eps_spent else None,
                         history=[[r["round"], r["eval_accuracy"]] for r in histories[0]
                                  if r["eval_accuracy"] is not None],
+                        history_by_seed=[[[r["round"], r["eval_accuracy"]] for r in h
+                                          if r["eval_accuracy"] is not None]
+                                         for h in histories],
                         audit=_pooled_audit(config, audit_runs, audit_bounds)))
   add_paired_comparisons(results)
   write_summary(config, results)
@@ -576,6 +580,69 @@ def format_table(config: TrainingConfig, results: list[dict]) -> str:
   return "\n".join(lines)
 
 
+def mean_band(histories: Sequence[Sequence[Sequence[float]]], confidence: float = 0.95
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(rounds, mean, half-width) over seeds at the rounds every seed evaluated.
+
+  The half-width is the t-interval's, t_{(1+c)/2, n−1}·sd/√n (sd with ddof = 1);
+  0 for one seed.
+  """
+  common = sorted(set.intersection(*[{int(r) for r, _ in h} for h in histories]))
+  if not common:
+    return np.zeros(0), np.zeros(0), np.zeros(0)
+  table = np.asarray([[dict((int(r), a) for r, a in h)[k] for k in common]
+                      for h in histories], float)
+  n = table.shape[0]
+  mean = table.mean(axis=0)
+  if n < 2:
+    return np.asarray(common), mean, np.zeros_like(mean)
+  half = (stats.t.ppf((1 + confidence) / 2, n - 1) * table.std(axis=0, ddof=1)
+          / math.sqrt(n))
+  return np.asarray(common), mean, half
+
+
+def plot_accuracy(results: list[dict], path: str, warning: Optional[str] = None) -> None:
+  """The table at a glance: accuracy per round (mean over seeds, 95% t-band) and the
+  paired comparisons of the final accuracies (Δ = reference − run, 95% CI)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6),
+                                    gridspec_kw={"width_ratios": [1.5, 1]})
+  n = max((len(r.get("history_by_seed") or [r["history"]]) for r in results), default=0)
+  for r in results:
+    rounds, mean, half = mean_band(r.get("history_by_seed") or [r["history"]])
+    if rounds.size:
+      line, = left.plot(rounds, 100 * mean, marker=".", label=r["run"])
+      left.fill_between(rounds, 100 * (mean - half), 100 * (mean + half),
+                        color=line.get_color(), alpha=0.18, lw=0)
+  left.set_xlabel("round")
+  left.set_ylabel(f"test accuracy % (mean of {n} seed(s), 95% band)")
+  left.set_title("accuracy per round" + (f"\n{warning}" if warning else ""),
+                 color="red" if warning else "black")
+  left.grid(alpha=0.3)
+  left.legend(fontsize=8)
+  pairs = [(r["run"], r["paired"]) for r in results if r.get("paired")]
+  for i, (run, pair) in enumerate(pairs):
+    mean = 100 * pair["mean"]
+    if pair.get("ci_low") is None:
+      right.plot([mean], [i], "o", color="gray")
+    else:
+      lo, hi = 100 * pair["ci_low"], 100 * pair["ci_high"]
+      right.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", capsize=4,
+                     color="tab:green" if pair.get("separated") else "tab:red")
+  right.axvline(0, color="black", lw=0.8)
+  right.set_yticks(range(len(pairs)))
+  right.set_yticklabels([f"{p['a']} − {run}" for run, p in pairs], fontsize=8)
+  right.invert_yaxis()
+  right.set_xlabel("final accuracy Δ (points), paired over seeds, 95% CI")
+  right.set_title("green: separated (CI above 0)")
+  right.grid(alpha=0.3, axis="x")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
 def write_summary(config: TrainingConfig, results: list[dict]) -> None:
   os.makedirs(config.output_dir, exist_ok=True)
   warning = NOT_PRIVATE_LABEL if config.insecure_reproducible_noise else None
@@ -587,23 +654,7 @@ def write_summary(config: TrainingConfig, results: list[dict]) -> None:
   with open(os.path.join(config.output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")
   try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in results:
-      h = np.asarray(r["history"], dtype=float)
-      if h.size:
-        ax.plot(h[:, 0], h[:, 1], marker=".", label=r["run"])
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (first seed)")
-    ax.set_title("IDP-FedAvg: accuracy per privacy distribution"
-                 + (f"\n{warning}" if warning else ""), color="red" if warning else "black")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(config.output_dir, "accuracy.png"), dpi=120)
-    plt.close(fig)
+    plot_accuracy(results, os.path.join(config.output_dir, "accuracy.png"), warning)
     if any(r.get("audit") for r in results):
       audit_report.plot_audit(results, os.path.join(config.output_dir, "audit.png"))
   except ImportError:
