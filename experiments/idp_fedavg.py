@@ -98,7 +98,8 @@ _NUM_FEATURES = flags.DEFINE_integer("num_features", 60, "Synthetic feature dime
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 10, "Synthetic classes.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/idp_fedavg",
                                   "Metrics, checkpoints and summaries go here.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 2, "Evaluate every k rounds (the accuracy plot's points).")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", 2,
+                                   "Evaluate every k rounds (the accuracy plot's points).")
 _CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", 10,
                                          "Checkpoint every k rounds.")
 _ALLOW_OVERRUN = flags.DEFINE_bool("allow_overrun", False,

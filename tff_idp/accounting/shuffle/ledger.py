@@ -151,9 +151,9 @@ class ApesLedger:
 
   ``clip`` (C) is validated but does not enter the accounting: Clip-Laplace's
   guarantees depend on ε only. ``selection`` (S-APES only; default
-  ``"random"``) is the sparsification rule the reports were made with. ``paper_delta_prime`` fixes the paper's δ′ in
-  the advanced composition (the Uniform2 column of Table 3 uses 1e-8);
-  by default δ′ = user_delta − k·δ^c.
+  ``"random"``) is the sparsification rule the reports were made with.
+  ``paper_delta_prime`` fixes the paper's δ′ in the advanced composition (the
+  Uniform2 column of Table 3 uses 1e-8); by default δ′ = user_delta − k·δ^c.
   """
 
   def __init__(self, epsilons, d: int, delta_s: float, user_delta: float,
