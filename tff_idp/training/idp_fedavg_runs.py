@@ -607,6 +607,7 @@ def plot_accuracy(results: list[dict], path: str, warning: Optional[str] = None)
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top,unused-import
   fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6),
                                     gridspec_kw={"width_ratios": [1.5, 1]})
   n = max((len(r.get("history_by_seed") or [r["history"]]) for r in results), default=0)
@@ -616,6 +617,7 @@ def plot_accuracy(results: list[dict], path: str, warning: Optional[str] = None)
       line, = left.plot(rounds, 100 * mean, marker=".", label=r["run"])
       left.fill_between(rounds, 100 * (mean - half), 100 * (mean + half),
                         color=line.get_color(), alpha=0.18, lw=0)
+  left.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
   left.set_xlabel("round")
   left.set_ylabel(f"test accuracy % (mean of {n} seed(s), 95% band)")
   left.set_title("accuracy per round" + (f"\n{warning}" if warning else ""),
