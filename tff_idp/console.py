@@ -57,11 +57,12 @@ def quiet_tensorflow(argv: Optional[Sequence[str]] = None, library: bool = False
   Call before TensorFlow is imported (the C++ level is read at load time).
   The Python-side loggers (``tensorflow``, absl) are lowered to errors and
   warnings respectively, so library warnings that matter still show.
-  ``library=True`` (an ``import``, not a command line): no ``--verbose`` is
-  read from ``sys.argv``, a ``tensorflow`` logger level the user set is kept
-  and absl's verbosity is left alone.
+  ``library=True`` (an ``import``, not a command line): a ``tensorflow``
+  logger level the user set is kept and absl's verbosity is left alone;
+  ``--verbose`` in ``sys.argv`` (an entry module imports the library first)
+  and ``TFF_IDP_VERBOSE`` still keep TensorFlow's logs.
   """
-  if verbose_requested(() if library else argv):
+  if verbose_requested(argv):  # a command line's --verbose also reaches library imports
     return False
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_CPP_LEVEL)
   tf_logger = logging.getLogger("tensorflow")
