@@ -391,8 +391,8 @@ def _unknown_dataset(dataset: str) -> ToolkitValueError:
     path = os.path.abspath(os.path.expanduser(dataset))
     return ToolkitValueError(
         f"dataset {dataset!r}: the path {path} does not exist. Give the directory of a saved split (made "
-        "by datasets.from_arrays(...).save(dir) or `python -m datasets.build`), or a "
-        f"built-in name ({', '.join(sorted(specs.DATASETS))}).")
+        "by datasets.from_arrays(...).save(dir) or `python -m datasets.build`), a "
+        f"built-in name ({', '.join(sorted(specs.DATASETS))}) or '{TFDS_PREFIX}<name>'.")
   return ToolkitValueError(
       f"unknown dataset {dataset!r}. Pass a built-in name "
       f"({', '.join(sorted(specs.DATASETS))}), '{TFDS_PREFIX}<name>' for a TensorFlow "
