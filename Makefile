@@ -21,7 +21,7 @@ $(STAMP): requirements.txt requirements-tff.txt setup.cfg
 	# install it without its own pins; requirements.txt holds its working set.
 	$(PY) -m pip install --quiet --no-deps -r requirements-tff.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(PY) -c "import tensorflow_federated, tensorflow_privacy, dp_accounting, tff_idp.runtime; print('tff', tensorflow_federated.__version__)"
+	$(PY) -c "import tensorflow_federated, tensorflow_privacy, dp_accounting, tff_idp.execution.runtime; print('tff', tensorflow_federated.__version__)"
 	touch $(STAMP)
 
 demo: $(STAMP)

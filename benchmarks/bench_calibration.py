@@ -32,7 +32,7 @@ from pathlib import Path
 import dp_accounting
 import numpy as np
 
-from tff_idp.accounting import sample
+from tff_idp.accounting.client import sample
 from tff_idp.accounting import validation
 
 EPSILONS = [1.0, 2.0, 3.0]

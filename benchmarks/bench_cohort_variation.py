@@ -59,8 +59,9 @@ def main(rounds: int = 240, before_fix: bool = False) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from datasets import synthetic  # pylint: disable=g-import-not-at-top
-  from tff_idp import models, runtime  # pylint: disable=g-import-not-at-top
-  from tff_idp.training.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime
+  from tff_idp.idp_fedavg.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
 
   num_clients, cohort = 1000, 20
   train, _, _ = synthetic.load_synthetic(

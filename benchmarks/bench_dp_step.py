@@ -44,7 +44,7 @@ def bench_model(builder, shape, repeats: int, steps: int) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_privacy as tfp  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
-  from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import dp_sgd  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(0)
   x = tf.constant(rng.random((BATCH,) + shape, dtype=np.float32))

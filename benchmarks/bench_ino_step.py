@@ -49,8 +49,8 @@ def bench_batch(batch: int, repeats: int, local_steps: int) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
-  from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top
-  from tff_idp.client_work import importance  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import dp_sgd  # pylint: disable=g-import-not-at-top
+  from tff_idp.ino_sgd import importance  # pylint: disable=g-import-not-at-top
 
   n = RECORDS_PER_BATCH * batch
   rng = np.random.default_rng(0)

@@ -14,7 +14,7 @@ synthetic data and the same model, in one Python process:
   TFF client computations (now with the ``DATASET_ITERATOR`` loop), at the
   worker's default concurrency and at ``max_concurrent_computation_calls=2``;
 * ``client_execution=in_process``: the clients train in this process
-  (``tff_idp.training.in_process``) with ``parallel_clients`` = 1 and the
+  (``tff_idp.idp_fedavg.in_process``) with ``parallel_clients`` = 1 and the
   default (the core count, at most 4); the aggregator and server update run
   in TFF. This is the default of the experiments;
 * ``Keras ceiling``: ``model.fit`` over the same samples (all clients' data
@@ -124,8 +124,8 @@ def clipped_count_stddev(clients: int) -> float:
 def build_processes(w: Workload) -> dict:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.learning import model_update_aggregator  # pylint: disable=g-import-not-at-top
-  from tff_idp.aggregators import AdaptiveClipDPMeanFactory  # pylint: disable=g-import-not-at-top
-  from tff_idp.training.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg.aggregators import AdaptiveClipDPMeanFactory  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
   adam = lambda: tff.learning.optimizers.build_adam(learning_rate=CLIENT_LR)
   sgd = lambda: tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   # TFF's adaptive clipping needs σ < 2σ_b; its default σ_b = 0.05·c fails for
@@ -203,7 +203,7 @@ def stage_breakdown(process, w: Workload, rt, n: int, rounds: int,
   released model on ``eval_examples`` held-out examples (the driver's
   ``keras_evaluator``, run every ``eval_every`` rounds).
   """
-  from tff_idp.training import evaluation  # pylint: disable=g-import-not-at-top
+  from tff_idp.engine import evaluation  # pylint: disable=g-import-not-at-top
   timers = {"clients_s": 0.0, "server_step_s": 0.0}
   train_clients, server_step = process._train_clients, process.server_step  # pylint: disable=protected-access
 
@@ -261,8 +261,8 @@ def record_level_entry(w: Workload, rt, rounds: int) -> dict:
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top
-  from tff_idp.client_work import process as record_process  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import dp_sgd  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import client_work as record_process  # pylint: disable=g-import-not-at-top
   sgd = lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr)  # noqa: E731
   process = record_process.build_rpdp_fedavg_process(
       w.model_fn, client_optimizer=sgd(RECORD_LR), server_optimizer=sgd(1.0),
@@ -340,7 +340,7 @@ def interleaved_passes(entries: list, procs: dict, w: Workload, rounds: int,
   """
   import contextlib  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
   ceiling = KerasCeiling(w)
   names = [name for name, _, _ in entries]
   samples = {name: [] for name in names}
@@ -409,7 +409,7 @@ def main(rounds: int = 5, clients: int = 30, examples: int = 100, epochs: int = 
   """Runs every entry (and the breakdown); writes partial results to ``out_path``."""
   import logging  # pylint: disable=g-import-not-at-top
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
 
   t_start = time.perf_counter()
   w = Workload(clients, examples, epochs, shape)
@@ -424,7 +424,7 @@ def main(rounds: int = 5, clients: int = 30, examples: int = 100, epochs: int = 
   procs = build_processes(w)
   res["process_build_s"] = time.perf_counter() - t0
 
-  from tff_idp.training import in_process  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg import in_process  # pylint: disable=g-import-not-at-top
   k = in_process.default_parallel_clients()
   entries = [
       ("stock TFF (dp_aggregator + build_unweighted_fed_avg)", "stock", {}),

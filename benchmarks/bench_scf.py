@@ -46,8 +46,8 @@ import numpy as np
 
 from tff_idp import preferences
 from tff_idp.accounting import validation
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
-from tff_idp.accounting.record_calibration import calibrate_record_rates
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record.calibration import calibrate_record_rates
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scf.json"
 RECORDS = 1000

@@ -17,7 +17,7 @@ drift in the machine's load hits every entry alike):
   ``worker_binary`` owned by the runtime (the baseline);
 * ``N loopback worker(s)`` for N in ``--fleet_sizes`` (default 1, 2, 4):
   ``ExecutionRuntime(workers=["localhost:P", ...])`` over N workers started
-  here as subprocesses, ``python -m tff_idp.worker --port=P`` (ports from
+  here as subprocesses, ``python -m tff_idp.execution.worker --port=P`` (ports from
   ``portpicker``), on TFF's mergeable-comp context: the cohort is split over
   the workers, each runs the client work and the partial aggregation, the
   partial sums are merged, the server part (DP noise) runs once.
@@ -102,7 +102,7 @@ def _fleet_name(n: int) -> str:
 
 
 class LoopbackWorker:
-  """One ``python -m tff_idp.worker`` subprocess on a free port (started here)."""
+  """One ``python -m tff_idp.execution.worker`` subprocess on a free port (started here)."""
 
   def __init__(self, max_calls: int):
     import portpicker  # pylint: disable=g-import-not-at-top
@@ -112,7 +112,7 @@ class LoopbackWorker:
     self.lines: list[str] = []
     self._ready: queue.Queue = queue.Queue()
     self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
-        [sys.executable, "-m", "tff_idp.worker", f"--port={self.port}",
+        [sys.executable, "-m", "tff_idp.execution.worker", f"--port={self.port}",
          f"--max_concurrent_computation_calls={max_calls}"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -267,7 +267,7 @@ def main(rounds=3, clients=30, examples=100, epochs=5, shape=(32, 32, 3),
          breakdown=True, max_calls=-1, out_path=None, quick=False) -> dict:
   import logging  # pylint: disable=g-import-not-at-top
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
 
   t_start = time.perf_counter()
   w = brt.Workload(clients, examples, epochs, shape)

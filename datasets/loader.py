@@ -67,6 +67,7 @@ from datasets import integrity
 from datasets import sources
 from datasets import specs
 from datasets import sql_split
+from tff_idp.array_checks import to_arrays  # noqa: F401  (re-exported: loader.to_arrays)
 from tff_idp.errors import ToolkitValueError
 
 DEFAULT_SPLITS_DIR = os.path.join(os.path.expanduser("~"), ".tff_idp", "splits")
@@ -512,18 +513,3 @@ def apply_client_preprocessing(split, *, local_epochs: Optional[int] = None,
         .batch(batch_size))
     test = test.batch(batch_size)
   return train, test
-
-
-def to_arrays(dataset) -> tuple:
-  """A dataset of single examples (``x``, ``y``) as (x float32, y int32) numpy arrays.
-
-  Reads in chunks of 4,096, so memory stays at the size of the result.
-  """
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  xs, ys = [], []
-  for batch in dataset.batch(4096):
-    xs.append(batch["x"].numpy().astype(np.float32))
-    ys.append(batch["y"].numpy().astype(np.int32).reshape(-1))
-  if not xs:
-    raise ValueError("the split has a client or test set without examples.")
-  return np.concatenate(xs), np.concatenate(ys)

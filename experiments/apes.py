@@ -46,11 +46,12 @@ import numpy as np
 # TensorFlow before absl parses the flags (tf.keras breaks if first imported in app.run).
 import tensorflow as tf  # noqa: F401  pylint: disable=unused-import
 
+from datasets import shuffle_users
 from experiments import privacy_flags
 from experiments import worker_flags
 from tff_idp import cli
-from tff_idp import runtime
-from tff_idp.training import apes_runs
+from tff_idp.execution import runtime
+from tff_idp.apes import runs as apes_runs
 
 _PRESETS = {
     "embedded": dict(users=1000, rounds=5),
@@ -127,9 +128,9 @@ def main(argv):
       client_learning_rate=_LR.value, proximal_strength=_MU.value, clip=_CLIP.value,
       keep_fraction=_KEEP.value)
   if _PRESET.value == "paper":
-    federation = apes_runs.mnist_users(users, _SAMPLES.value, _DATA_DIR.value)
+    federation = shuffle_users.mnist_users(users, _SAMPLES.value, _DATA_DIR.value)
   else:
-    federation = apes_runs.synthetic_users(users, _SAMPLES.value, seed=_DATA_SEED.value)
+    federation = shuffle_users.synthetic_users(users, _SAMPLES.value, seed=_DATA_SEED.value)
   epsilons = apes_runs.draw_epsilons(_DISTRIBUTION.value, federation.num_users,
                                      _EPS_SEED.value)
   shuffle_delta = _SHUFFLE_DELTA.value or apes_runs.default_shuffle_delta(

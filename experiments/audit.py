@@ -50,7 +50,7 @@ from experiments import privacy_flags
 from experiments import worker_flags
 from tff_idp import cli
 from tff_idp import models
-from tff_idp import runtime
+from tff_idp.execution import runtime
 from tff_idp.audit import controls
 from tff_idp.audit import report as audit_report
 
@@ -198,7 +198,7 @@ def main(argv):
     return 2
   table = summarize(rows)
   if privacy_flags.insecure():
-    from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL  # pylint: disable=g-import-not-at-top
+    from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL  # pylint: disable=g-import-not-at-top
     table = f"**{NOT_PRIVATE_LABEL}** (--insecure_reproducible_noise)\n\n{table}"
   print()
   print(table)

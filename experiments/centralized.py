@@ -9,7 +9,7 @@ One silo, every record with its own budget ε_i:
   client sampling: ``TwoStageParams(σ, local_steps=steps, rounds=1,
   client_rate=1)``. All of them use the same σ and number of steps.
 * **filter**: private full-batch GD with an individual Rényi filter
-  (Feldman & Zrnic 2021, Alg. 3; :mod:`tff_idp.filter_gd`): every record
+  (Feldman & Zrnic 2021, Alg. 3; :mod:`tff_idp.centralized.filter_gd`): every record
   takes part until its own RDP budget, derived from (ε_i, δ), is spent.
 
 ``--mode=compare`` prints a Table 2-style table (test accuracy, expected batch,
@@ -48,12 +48,12 @@ import numpy as np
 
 from experiments import privacy_flags
 from tff_idp import cli
-from tff_idp import filter_gd  # its TensorFlow parts import TF lazily
+from tff_idp.centralized import filter_gd  # its TensorFlow parts import TF lazily
 from tff_idp import preferences
-from tff_idp.accounting import record_calibration
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
-from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
-from tff_idp.privacy_randomness import PrivacyRandomness
+from tff_idp.accounting.record import calibration as record_calibration
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
 
 DP_SGD_METHODS = ("scf", "binary_search", "exact")
 METHODS = DP_SGD_METHODS + ("filter",)
@@ -182,12 +182,12 @@ def accuracy(keras_model, silo: Silo, batch_size: int = 4096) -> float:
 def train_dp_sgd(silo: Silo, q: np.ndarray, noise_multiplier: float, clip_norm: float,
                  learning_rate: float, steps: int, randomness: PrivacyRandomness,
                  eval_every: int) -> dict:
-  """rPDP-SGD on one silo with per-record rates q (:mod:`tff_idp.training.centralized`).
+  """rPDP-SGD on one silo with per-record rates q (:mod:`tff_idp.centralized.trainer`).
 
   Evaluation every ``eval_every`` steps; the reported s/step is warm (the
   tracing is done by a call that takes no step).
   """
-  from tff_idp.training import centralized  # pylint: disable=g-import-not-at-top
+  from tff_idp.centralized import trainer as centralized  # pylint: disable=g-import-not-at-top
   run = centralized.train_record_dp_sgd(
       silo.keras_builder, silo.x, silo.y, q, noise_multiplier, clip_norm, learning_rate,
       steps, randomness, lambda m: accuracy(m, silo), eval_every)

@@ -1,5 +1,5 @@
 """Moved to :mod:`tff_idp.cli` (shared by ``experiments``, ``datasets.build`` and
-``tff_idp.calibrate``); this name stays importable."""
+``tff_idp.idp_fedavg.calibrate``); this name stays importable."""
 import sys
 
 from tff_idp import cli as _cli

@@ -57,7 +57,7 @@ from experiments import worker_flags
 from experiments import privacy_flags
 from tff_idp import cli
 from tff_idp import models
-from tff_idp import runtime
+from tff_idp.execution import runtime
 from tff_idp.accounting import exact
 
 _BUDGETS = flags.DEFINE_list("budgets", ["1", "2", "3"], "Per-group ε (inf allowed).")

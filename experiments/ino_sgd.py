@@ -1,11 +1,11 @@
 """INO-SGD vs IDP-SGD vs "Drop x%": utility imbalance under individualized DP (INO-SGD paper).
 
 Data owners hold different classes and set different budgets; IDP-SGD
-(SAMPLE or SCALE, :mod:`tff_idp.accounting.owner_plan`) meets every budget
+(SAMPLE or SCALE, :mod:`tff_idp.accounting.owner.plan`) meets every budget
 but the more private owners' classes end up with worse accuracy. INO-SGD
 (Alg. 1) keeps IDP-SGD's sampling, noise and accounting and multiplies each
 clipped gradient by an importance score ρ ∈ [0, 1] that down-weights the
-low-loss end of every batch (:mod:`tff_idp.client_work.importance`, Beta(α, β)
+low-loss end of every batch (:mod:`tff_idp.ino_sgd.importance`, Beta(α, β)
 tail of length γ). "Drop x%" (Table 3) randomly removes x% of the less
 private owners' records and recalibrates.
 
@@ -60,9 +60,9 @@ import numpy as np
 
 from experiments import privacy_flags
 from tff_idp import cli
-from tff_idp.accounting import owner_plan
-from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
-from tff_idp.privacy_randomness import PrivacyRandomness
+from tff_idp.accounting.owner import plan as owner_plan
+from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,10 +231,10 @@ def method_runs(methods, drop_percents) -> list[tuple[str, str, float]]:
 def run_method(data: Data, owners: np.ndarray, cfg: dict, kind: str, drop: float,
                label: str, seed: int, class_groups: dict, out_dir: str) -> dict:
   """One method × seed: plan, verify, train, evaluate per group; writes metrics.csv."""
-  from tff_idp.client_work import importance  # pylint: disable=g-import-not-at-top
-  from tff_idp.training import centralized  # pylint: disable=g-import-not-at-top
-  from tff_idp.training import group_metrics  # pylint: disable=g-import-not-at-top
-  from tff_idp.training import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  from tff_idp.ino_sgd import importance  # pylint: disable=g-import-not-at-top
+  from tff_idp.centralized import trainer as centralized  # pylint: disable=g-import-not-at-top
+  from tff_idp.engine import group_metrics  # pylint: disable=g-import-not-at-top
+  from tff_idp.engine import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   keep = (owner_plan.drop_less_private(owners, cfg["epsilons"], drop, cfg["data_seed"])
           if drop else np.ones(owners.shape, bool))
   x, y, own = data.x[keep], data.y[keep], owners[keep]

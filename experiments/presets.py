@@ -275,7 +275,7 @@ def run(p: PaperPreset) -> int:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from experiments import common  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   try:
     config = _config(p, v)

@@ -1,10 +1,10 @@
 """The two output-privacy flags every training experiment shares.
 
 * ``--insecure_reproducible_noise``: derive noise and sampling from ``--seeds``
-  (``tff_idp.privacy_randomness``). NOT PRIVATE: for debugging and tests; a
+  (``tff_idp.engine.privacy_randomness``). NOT PRIVATE: for debugging and tests; a
   banner is printed and every output is labelled.
 * ``--release_only``: write only the private release (model, noised
-  aggregates, ε ledger), no diagnostics (``tff_idp.training.metrics``).
+  aggregates, ε ledger), no diagnostics (``tff_idp.engine.metrics``).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 
 from absl import flags
 
-from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
 
 INSECURE = "insecure_reproducible_noise"
 RELEASE_ONLY = "release_only"

@@ -28,7 +28,7 @@ the more private groups pay in utility; ``--local_algorithm=ino_sgd`` (tail
 ``--ino_gamma``, Beta(``--ino_alpha``, ``--ino_beta``)) weights the clipped
 gradients by loss order to narrow the gap. Classes with equal ε form one
 group, named ``eps=<ε>``, and the evaluation then reports per group
-(:mod:`tff_idp.training.group_metrics`) in ``metrics.csv`` and TensorBoard:
+(:mod:`tff_idp.engine.group_metrics`) in ``metrics.csv`` and TensorBoard:
 ``eval_acc/eps=<ε>``, ``eval_recall/eps=<ε>`` (macro recall),
 ``eval_worst_group_accuracy`` and ``eval_imbalance`` (the population std of
 the per-group recalls, INO-SGD D.4.3); ``summary.json``/``summary.md`` and
@@ -66,12 +66,13 @@ from experiments import worker_flags
 from tff_idp import cli
 from tff_idp import models
 from tff_idp import preferences
-from tff_idp import runtime
-from tff_idp.accounting.rdp_two_stage import THREAT_MODELS
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
-from tff_idp.client_work import importance
-from tff_idp.training import record_level
-from tff_idp.training import record_runs
+from tff_idp.execution import runtime
+from tff_idp.accounting.record.rdp_two_stage import THREAT_MODELS
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.audit import record_canaries
+from tff_idp.ino_sgd import importance
+from tff_idp.rpdp import record_level
+from tff_idp.rpdp import runs as record_runs
 
 _DISTRIBUTION = flags.DEFINE_enum(
     "distribution", "three_levels", sorted([*preferences.DISTRIBUTIONS, preferences.BY_CLASS]),
@@ -369,8 +370,10 @@ def main(argv):
                     _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
                     privacy_flags.insecure(), privacy_flags.release_only(),
                     local_weight_fn, local_algorithm, class_groups, _RESTART.value,
-                    audit_canaries=_AUDIT_CANARIES.value, audit_seed=_AUDIT_SEED.value,
-                    audit_levels=audit_levels, dropout_cutoff=dropout_cutoff)
+                    audit=(record_canaries.RecordCanaryAudit(
+                        _AUDIT_CANARIES.value, _AUDIT_SEED.value, audit_levels)
+                           if _AUDIT_CANARIES.value else None),
+                    dropout_cutoff=dropout_cutoff)
     except record_runs.AuditConfigError as e:
       print(f"error: {e}", file=sys.stderr)
       return 2

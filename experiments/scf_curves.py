@@ -1,6 +1,6 @@
 """SCF curves: ε(α) per order and ε*(q) with the fitted exp(a·q + b) + c (rPDP-FL Figs. 5-6).
 
-Draws, for the Theorem 1 bound of rPDP-FL (:mod:`tff_idp.accounting.rdp_two_stage`):
+Draws, for the Theorem 1 bound of rPDP-FL (:mod:`tff_idp.accounting.record.rdp_two_stage`):
 
 * left: the DP budget curves ε(α, δ, q) against the RDP order α for several
   sampling rates q (Alg. 2 line 5, Fig. 5 left), with each curve's minimum
@@ -31,10 +31,10 @@ from absl import flags
 import numpy as np
 
 from tff_idp import cli
-from tff_idp.accounting import rdp_two_stage
-from tff_idp.accounting import scf
-from tff_idp.accounting.rdp_two_stage import THREAT_MODELS
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record import scf
+from tff_idp.accounting.record.rdp_two_stage import THREAT_MODELS
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 
 DEFAULT_CURVE_RATES = (0.001, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0)
 

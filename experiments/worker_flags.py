@@ -2,7 +2,7 @@
 
 Without ``--workers`` nothing changes: one local TFF worker, started and owned
 by the run. With ``--workers=host:port,...`` the run uses those workers (start
-each with ``python -m tff_idp.worker --port=P``): every round's cohort is split
+each with ``python -m tff_idp.execution.worker --port=P``): every round's cohort is split
 across them by TFF's mergeable-comp context and the partial sums are merged
 before the server adds the DP noise once (README "Running on several machines").
 """
@@ -12,7 +12,7 @@ from typing import Optional
 
 from absl import flags
 
-from tff_idp import fleet
+from tff_idp.execution import fleet
 
 WORKERS = "workers"
 _NAMES = ("workers", "worker_retries", "worker_connect_timeout_s", "worker_rpc_timeout_s",
@@ -28,7 +28,7 @@ def define() -> None:
   flags.DEFINE_list(
       WORKERS, None,
       "Run on these TFF workers (host:port,...; start each with `python -m "
-      "tff_idp.worker --port=P`) instead of one local worker. Each round's cohort is "
+      "tff_idp.execution.worker --port=P`) instead of one local worker. Each round's cohort is "
       "split across them; the DP noise is added once, after the merge.")
   flags.DEFINE_integer(
       "worker_retries", 0,
@@ -96,7 +96,7 @@ def training_kwargs(v: Optional[dict] = None, audit_canaries: int = 0) -> dict:
 
 
 def runtime_kwargs(v: Optional[dict] = None) -> dict:
-  """Keyword arguments of ``tff_idp.runtime.ExecutionRuntime`` from the flags."""
+  """Keyword arguments of ``tff_idp.execution.runtime.ExecutionRuntime`` from the flags."""
   v = values() if v is None else v
   workers = v["workers"]
   tls_given = [n for n in ("worker_tls_ca", "worker_tls_cert", "worker_tls_key",

@@ -8,7 +8,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tff_runtime():
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
   rt = runtime.ExecutionRuntime(install_signal_handlers=False)
   rt.start()
   yield rt

@@ -2,7 +2,7 @@
 import json
 import pathlib
 
-from tff_idp.privacy_randomness import PrivacyRandomness
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
 
 
 def checkpoint_secrets(output_dir) -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 
 tff = pytest.importorskip("tensorflow_federated")
 
-from tff_idp import aggregators  # pylint: disable=g-import-not-at-top
+from tff_idp.idp_fedavg import aggregators  # pylint: disable=g-import-not-at-top
 
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 

@@ -39,7 +39,7 @@ def test_bad_labels_name_the_field(y, kwargs, match):
 
 
 def test_record_federation_converts_and_names_the_client():
-  from tff_idp.training.record_level import RecordFederation  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp.record_level import RecordFederation  # pylint: disable=g-import-not-at-top
   fed = RecordFederation({"a": np.zeros((2, 3)), "b": np.ones((1, 3))},
                          {"a": np.array([0, 1], np.int64), "b": np.array([1.0])})
   assert fed.x["a"].dtype == np.float32 and fed.y["b"].dtype == np.int32

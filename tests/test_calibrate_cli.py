@@ -1,4 +1,4 @@
-"""`python -m tff_idp.calibrate`, run as users run it, checked with dp-accounting."""
+"""`python -m tff_idp.idp_fedavg.calibrate`, run as users run it, checked with dp-accounting."""
 import json
 import os
 import subprocess
@@ -15,7 +15,7 @@ def run_cli(*args):
   env = dict(os.environ)
   env["PYTHONPATH"] = os.pathsep.join(
       [str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-  return subprocess.run([sys.executable, "-m", "tff_idp.calibrate", *args],
+  return subprocess.run([sys.executable, "-m", "tff_idp.idp_fedavg.calibrate", *args],
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -120,7 +120,7 @@ def test_non_numeric_epsilon_exit_2():
 def test_cli_does_not_import_tensorflow():
   code = ("import sys, runpy; sys.argv = ['calibrate', '--epsilons=1', '--ratios=1', "
           "'--rounds=5', '--num_clients=100', '--clients_per_round=5', '--json'];\n"
-          "try:\n  runpy.run_module('tff_idp.calibrate', run_name='__main__')\n"
+          "try:\n  runpy.run_module('tff_idp.idp_fedavg.calibrate', run_name='__main__')\n"
           "except SystemExit as e:\n  assert e.code in (0, None), e.code\n"
           "bad = [m for m in sys.modules if m.startswith('tensorflow')]\n"
           "assert not bad, bad\n")

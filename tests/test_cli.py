@@ -134,7 +134,7 @@ ENUM_AND_NUMBER_CASES = [
     ("experiments.rpdp", "--model=foo", "--model"),
     ("experiments.apes", "--device=tpu", "--device"),
     ("experiments.idp_fedavg", "--rounds=1e9", "an integer is expected"),
-    ("tff_idp.calibrate", "--no_such_flag=1", "no_such_flag"),
+    ("tff_idp.idp_fedavg.calibrate", "--no_such_flag=1", "no_such_flag"),
 ]
 
 

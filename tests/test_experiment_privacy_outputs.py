@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests import secret_scan
-from tff_idp.training.metrics import read_metrics
+from tff_idp.engine.metrics import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGS = ["--num_clients=120", "--clients_per_round=12", "--rounds=2", "--seeds=0",

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from experiments import scf_curves
-from tff_idp.accounting import rdp_two_stage
-from tff_idp.accounting import scf
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record import scf
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from tff_idp import filter_gd
+from tff_idp.centralized import filter_gd
 
 DELTA = 1e-5
 

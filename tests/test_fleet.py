@@ -1,7 +1,7 @@
 """A fleet of loopback TFF workers (``--workers``): same results as one worker, clear
 errors on dead or unreachable workers, resume after a fault, retries, TLS.
 
-Every worker here is started by the test (``python -m tff_idp.worker``) and
+Every worker here is started by the test (``python -m tff_idp.execution.worker``) and
 stopped by PID; ``_no_worker_left`` checks that none outlives a test.
 
 Float tolerance: the fleet splits each cohort over the workers and merges the
@@ -20,7 +20,7 @@ import pytest
 
 from tests import processes
 
-from tff_idp import fleet
+from tff_idp.execution import fleet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RTOL = 1e-4
@@ -42,12 +42,12 @@ def _start_workers(n: int, port=None, *extra) -> list:
 
 
 class Worker:
-  """One ``python -m tff_idp.worker`` started by a test, stopped by PID."""
+  """One ``python -m tff_idp.execution.worker`` started by a test, stopped by PID."""
 
   def __init__(self, port=None, *extra):
     self.port = port or _free_port()
     self.proc = subprocess.Popen(
-        [sys.executable, "-m", "tff_idp.worker", f"--port={self.port}", *extra],
+        [sys.executable, "-m", "tff_idp.execution.worker", f"--port={self.port}", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT,
         stdin=subprocess.DEVNULL)
     self.address = f"localhost:{self.port}"
@@ -120,7 +120,7 @@ def _assert_same_metrics(a, b, skip=("privacy_warning", "seconds")):
 
 
 def _run(module, args, timeout=600):
-  progress = [] if module == "tff_idp.worker" else ["--progress=false"]
+  progress = [] if module == "tff_idp.execution.worker" else ["--progress=false"]
   return subprocess.run([sys.executable, "-m", module, *progress, *args],
                         capture_output=True, text=True, timeout=timeout, env=_env(),
                         cwd=ROOT, stdin=subprocess.DEVNULL)
@@ -148,7 +148,7 @@ def test_addresses_parse_lists_and_strings():
 
 
 def test_runtime_refuses_fleet_options_without_a_fleet():
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match="needs a fleet"):
     runtime.ExecutionRuntime(worker_retries=1)
   with pytest.raises(ValueError, match="remote workers only"):
@@ -176,7 +176,7 @@ def test_worker_flags_without_workers_are_refused():
 
 
 def test_unreachable_workers_are_named_within_the_timeout():
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
   dead = [f"localhost:{_free_port()}" for _ in range(3)]
   rt = runtime.ExecutionRuntime(workers=dead, connect_timeout_s=2,
                                 install_signal_handlers=False)
@@ -206,14 +206,14 @@ def test_worker_module_exits_when_its_worker_dies(workers):
 
 
 def test_worker_module_refuses_a_missing_port():
-  proc = _run("tff_idp.worker", [], timeout=120)
+  proc = _run("tff_idp.execution.worker", [], timeout=120)
   assert proc.returncode == 2 and "--port is required" in proc.stderr
 
 
 def test_federated_sum_over_three_workers(shared_fleet):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
 
   @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
   def total(x):
@@ -228,7 +228,7 @@ def test_federated_sum_over_three_workers(shared_fleet):
 def test_tls_and_mutual_tls(workers, tmp_path):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
   for name in ("server", "client"):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                     "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
@@ -351,7 +351,7 @@ def test_worker_retries_finish_the_run_on_the_workers_left(workers, tmp_path):
 def test_worker_that_stops_answering_hits_the_deadline(workers):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
 
   @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
   def total(x):
@@ -374,7 +374,7 @@ def test_worker_that_stops_answering_hits_the_deadline(workers):
 def test_computation_with_dependent_aggregations_is_refused_by_name(shared_fleet):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
 
   @tff.tensorflow.computation(np.float32, np.float32)
   def centred(x, mean):

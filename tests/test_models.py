@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 from tff_idp import models
-from tff_idp.client_work import dp_sgd
-from tff_idp.client_work import per_example
+from tff_idp.rpdp import dp_sgd
+from tff_idp.rpdp import per_example
 
 
 @pytest.mark.parametrize("builder,expected", [

@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
-from tff_idp.privacy_randomness import PrivacyRandomness
+from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
 
 
 def _seeds(r):
@@ -70,6 +70,6 @@ def test_repr_hides_the_secret():
 
 
 def test_module_imports_no_tensorflow():
-  code = ("import sys, tff_idp.privacy_randomness; "
+  code = ("import sys, tff_idp.engine.privacy_randomness; "
           "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
   assert subprocess.run([sys.executable, "-c", code]).returncode == 0

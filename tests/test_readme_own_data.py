@@ -38,7 +38,7 @@ def test_snippet_runs_end_to_end(tmp_path):
   import json
   config = json.load(open(out / "summary.json"))["config"]
   # The runner's settings are experiments.rpdp's defaults (one default, issue 25).
-  from tff_idp.training import record_runs
+  from tff_idp.rpdp import runs as record_runs
   for key in ("local_steps", "client_rate", "noise_multiplier", "clip_norm", "delta"):
     assert config[key] == record_runs.DEFAULTS[key], key
   assert config["rounds"] == 10  # as the snippet asks

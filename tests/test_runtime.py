@@ -16,7 +16,7 @@ CHILD = textwrap.dedent("""
     import sys, time
     import numpy as np
     import tensorflow_federated as tff
-    from tff_idp import runtime
+    from tff_idp.execution import runtime
 
     @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
     def total(x):
@@ -106,7 +106,7 @@ def test_worker_that_dies_mid_run_is_an_error_not_a_hang():
 
 def test_worker_is_launched_without_python_in_a_forked_child(monkeypatch):
   """The worker's command is the launcher + worker argv; Popen gets no preexec_fn."""
-  from tff_idp import runtime
+  from tff_idp.execution import runtime
   worker = runtime.worker_binary_path()  # imports TFF before Popen is faked
   calls = []
 
@@ -127,7 +127,7 @@ def test_worker_is_launched_without_python_in_a_forked_child(monkeypatch):
 
 def test_launcher_sets_parent_death_signal(tmp_path):
   """The launcher execs its target (same PID) with PR_SET_PDEATHSIG = SIGKILL."""
-  from tff_idp import runtime
+  from tff_idp.execution import runtime
   probe = ("import ctypes, signal; v = ctypes.c_int(); "
            "ctypes.CDLL(None).prctl(2, ctypes.byref(v), 0, 0, 0); print(v.value)")
   out = subprocess.run(runtime._launch_command([sys.executable, "-c", probe]),  # pylint: disable=protected-access
@@ -137,7 +137,7 @@ def test_launcher_sets_parent_death_signal(tmp_path):
 
 def test_closed_runtime_restores_previous_context_and_is_idempotent(tff_runtime):
   from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-  from tff_idp import runtime
+  from tff_idp.execution import runtime
   before = context_stack_impl.context_stack.current
   rt = runtime.ExecutionRuntime(install_signal_handlers=False).start()
   pid = rt.worker_pid
@@ -151,7 +151,7 @@ def test_closed_runtime_restores_previous_context_and_is_idempotent(tff_runtime)
 
 
 def test_bad_device_is_rejected():
-  from tff_idp import runtime
+  from tff_idp.execution import runtime
   with pytest.raises(ValueError, match="'cpu' or 'gpu'"):
     runtime.ExecutionRuntime(device="tpu")
 
@@ -168,7 +168,7 @@ class _FakeExecutor:
 
 def test_executor_cache_closes_idle_and_evicted_executors():
   """Issue 9: executors for rare cohort sizes must not stay in the worker."""
-  from tff_idp import runtime
+  from tff_idp.execution import runtime
   cache = runtime._ClosingLRUCache(3, idle_calls=2)  # pylint: disable=protected-access
   made = {}
 
@@ -201,7 +201,7 @@ def test_executor_cache_closes_idle_and_evicted_executors():
 
 
 def test_executor_cache_without_idle_limit_keeps_executors():
-  from tff_idp import runtime
+  from tff_idp.execution import runtime
   cache = runtime._ClosingLRUCache(8, idle_calls=None)  # pylint: disable=protected-access
   cache["a"] = a = _FakeExecutor()
   for _ in range(50):
@@ -211,7 +211,7 @@ def test_executor_cache_without_idle_limit_keeps_executors():
 
 def test_worker_env_allocator_and_arenas(monkeypatch, tmp_path):
   """Issue 9: the worker gets jemalloc/tcmalloc when installed (RSS stays flat)."""
-  from tff_idp import runtime
+  from tff_idp.execution import runtime
   monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
   monkeypatch.delenv("LD_PRELOAD", raising=False)
   found = runtime.find_worker_allocator()
@@ -240,7 +240,7 @@ def test_running_worker_closes_idle_executors_and_gets_allocator(tff_runtime):
   import numpy as np
   import tensorflow_federated as tff
   from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-  from tff_idp import runtime
+  from tff_idp.execution import runtime
 
   @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
   def total(x):
@@ -280,7 +280,7 @@ def test_stock_tff_context_is_released_before_interpreter_teardown():
         print("service managers alive:", alive)
       atexit.register(check)
       import tensorflow_federated
-      from tff_idp import runtime
+      from tff_idp.execution import runtime
   """)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
   proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -322,7 +322,7 @@ CHAIN_CHILD = textwrap.dedent("""
     def handler(signum, frame):
       raise Chained()
     signal.signal(signal.SIGTERM, handler)   # as tff_idp.cli.entry installs its own
-    from tff_idp import runtime
+    from tff_idp.execution import runtime
     rt = runtime.ExecutionRuntime().start()
     print("WORKER", rt.worker_pid, flush=True)
     try:

@@ -7,7 +7,7 @@ seeds the outcome is deterministic.
 import numpy as np
 import pytest
 
-from tff_idp import sampling
+from tff_idp.engine import sampling
 
 
 def test_participation_frequencies_match_individual_rates():

@@ -21,8 +21,8 @@ import pytest
 
 tff = pytest.importorskip("tensorflow_federated")
 
-from tff_idp import aggregators  # pylint: disable=g-import-not-at-top
-from tff_idp.accounting import scale  # pylint: disable=g-import-not-at-top
+from tff_idp.idp_fedavg import aggregators  # pylint: disable=g-import-not-at-top
+from tff_idp.accounting.client import scale  # pylint: disable=g-import-not-at-top
 from tff_idp.accounting import validation  # pylint: disable=g-import-not-at-top
 from tests.independent_dp import dp_epsilon  # pylint: disable=g-import-not-at-top
 

@@ -1,5 +1,8 @@
 """Dtype and value checks for user arrays, before any calibration or training.
 
+Also :func:`to_arrays`, a split's client dataset as NumPy arrays (shared by
+the runners and :mod:`datasets`).
+
 Training code expects float32 features and int32 labels. Arrays from pandas,
 scikit-learn or NumPy defaults are often float64 / int64: they are converted
 here when the conversion loses nothing (integer-valued labels in int32
@@ -58,3 +61,17 @@ def as_labels(y, field: str = "y", num_classes: int | None = None) -> np.ndarray
     raise ToolkitValueError(f"{field}: label {int(out.max())} is out of range for "
                             f"{num_classes} classes (expected 0..{num_classes - 1}).")
   return out
+
+
+def to_arrays(dataset) -> tuple:
+  """A dataset of single examples (``x``, ``y``) as (x float32, y int32) numpy arrays.
+
+  Reads in chunks of 4,096, so memory stays at the size of the result.
+  """
+  xs, ys = [], []
+  for batch in dataset.batch(4096):
+    xs.append(batch["x"].numpy().astype(np.float32))
+    ys.append(batch["y"].numpy().astype(np.int32).reshape(-1))
+  if not xs:
+    raise ValueError("the split has a client or test set without examples.")
+  return np.concatenate(xs), np.concatenate(ys)

@@ -9,7 +9,7 @@ Every model returns logits. The output *head* says how they are read:
   it (:func:`output_units`).
 
 :func:`tff_model_fn`, :func:`per_example_loss` (for the record-level DP-SGD
-client work) and :func:`tff_idp.training.evaluation.keras_evaluator` take the
+client work) and :func:`tff_idp.engine.evaluation.keras_evaluator` take the
 same ``head``, so a binary model trains and evaluates consistently in every
 family.
 """

@@ -40,7 +40,7 @@ worse accuracy). :func:`parse_class_budgets` reads a spec such as
 ``0-4:0.1,5-9:1``, :func:`class_record_budgets` assigns each record its
 class's ε (same shape as :func:`assign_record_budgets`), and
 :func:`class_groups` names each class's group ``eps=<ε>`` for per-group
-utility metrics (``tff_idp.training.group_metrics``).
+utility metrics (``tff_idp.engine.group_metrics``).
 
 :func:`expected_budget` and :func:`class_budget_cutoff` give the Dropout
 baseline (rPDP-FL §7.2) its cutoff ε_mod from the *specification* alone (the

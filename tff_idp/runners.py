@@ -12,7 +12,7 @@ privacy randomness, checkpoints that resume exactly, ``metrics.csv`` /
 
 Each starts and owns its TFF execution context (one local worker, stopped
 on return, on errors and on SIGINT/SIGTERM) unless ``own_runtime=False``, for
-callers that already entered :func:`tff_idp.runtime.execution_context`.
+callers that already entered :func:`tff_idp.execution.runtime.execution_context`.
 
 Example (a tabular binary task over four hospitals)::
 
@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from tff_idp import array_checks
 from tff_idp.errors import ToolkitValueError
 
 
@@ -47,7 +48,7 @@ class RunResult:
 def _runtime(own_runtime: bool, device: str):
   if not own_runtime:
     return contextlib.nullcontext()
-  from tff_idp import runtime  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
   return runtime.execution_context(device=device)
 
 
@@ -92,7 +93,7 @@ def run_idp_fedavg(split, *, output_dir: str,
     Other arguments: as the ``experiments.idp_fedavg`` flags of the same names.
   """
   from tff_idp import models  # pylint: disable=g-import-not-at-top
-  from tff_idp.training import idp_fedavg_runs as runs_lib  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg import runs as runs_lib  # pylint: disable=g-import-not-at-top
   shape, num_classes, rescale = _shape_and_classes(split)
   keras_builder = (model if callable(model) else
                    models.builder_for(shape, num_classes, model, head, rescale))
@@ -142,7 +143,7 @@ def run_rpdp(split, *, output_dir: str,
     rounds, local_steps, client_rate, noise_multiplier, clip_norm: T, τ, λ,
       σ, L of Alg. 3; ``delta`` and ``threat_model`` of Thm 1. Every setting
       left at ``None`` takes ``experiments.rpdp``'s default
-      (``tff_idp.training.record_runs.DEFAULTS``: T = 30, τ = 10, λ = 0.5,
+      (``tff_idp.rpdp.runs.DEFAULTS``: T = 30, τ = 10, λ = 0.5,
       σ = 2, L = 1, η = 1, δ = 1e-4, type2), so the CLI and the runner run the
       same experiment on the same split.
     model, head: as in :func:`run_idp_fedavg`.
@@ -153,19 +154,18 @@ def run_rpdp(split, *, output_dir: str,
       those budgets; pass the cutoff of their specification to avoid it).
     Other arguments: as the ``experiments.rpdp`` flags of the same names.
   """
-  from datasets import loader  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   from tff_idp import preferences  # pylint: disable=g-import-not-at-top
-  from tff_idp.accounting.rdp_two_stage import TwoStageParams  # pylint: disable=g-import-not-at-top
-  from tff_idp.training import record_level  # pylint: disable=g-import-not-at-top
-  from tff_idp.training import record_runs  # pylint: disable=g-import-not-at-top
+  from tff_idp.accounting.record.rdp_two_stage import TwoStageParams  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import record_level  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import runs as record_runs  # pylint: disable=g-import-not-at-top
   shape, num_classes, rescale = _shape_and_classes(split)
   keras_builder = (model if callable(model) else
                    models.builder_for(shape, num_classes, model, head, rescale))
   train = split.train_client_data()
   x, y = {}, {}
   for cid in train.client_ids:
-    x[cid], y[cid] = loader.to_arrays(train.create_tf_dataset_for_client(cid))
+    x[cid], y[cid] = array_checks.to_arrays(train.create_tf_dataset_for_client(cid))
   records = record_level.RecordFederation(x, y)
   test_x, test_y = split.evaluation_arrays()
   federation = record_runs.Federation(records, test_x, test_y, keras_builder,

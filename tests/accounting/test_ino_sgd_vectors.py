@@ -5,7 +5,7 @@ not rest on ``tff_idp.accounting`` alone.
 """
 import pytest
 
-from tff_idp.accounting import sample
+from tff_idp.accounting.client import sample
 from tests.independent_dp import dp_epsilon
 
 T, DELTA = 1000, 1e-5

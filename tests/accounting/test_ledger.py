@@ -5,11 +5,11 @@ import warnings
 
 import pytest
 
-from tff_idp.accounting import sample
+from tff_idp.accounting.client import sample
 from tff_idp.accounting import validation
-from tff_idp.accounting.ledger import BudgetExhaustedError
-from tff_idp.accounting.ledger import BudgetOverrunWarning
-from tff_idp.accounting.ledger import PrivacyLedger
+from tff_idp.accounting.client.ledger import BudgetExhaustedError
+from tff_idp.accounting.client.ledger import BudgetOverrunWarning
+from tff_idp.accounting.client.ledger import PrivacyLedger
 
 
 from tests.independent_dp import dp_epsilon

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from tff_idp.accounting import owner_plan
+from tff_idp.accounting.owner import plan as owner_plan
 from tests.independent_dp import dp_epsilon
 
 DELTA = 1e-5

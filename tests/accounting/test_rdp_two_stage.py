@@ -15,8 +15,8 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
 
 from tff_idp.accounting import fast_rdp
-from tff_idp.accounting import rdp_two_stage
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 
 # The integer orders of the two-stage bound, written out here rather than
 # taken from the module (a change to them must change this file too).
@@ -377,7 +377,7 @@ def test_kl_cliff_is_taken_only_with_a_margin():
   our ε is never below dp-accounting's near the cliff, and a rate calibrated
   for ε = 0.1 is within budget by dp-accounting's own numbers too.
   """
-  from tff_idp.accounting.record_calibration import calibrate_record_rates
+  from tff_idp.accounting.record.calibration import calibrate_record_rates
   params = rdp_two_stage.TwoStageParams(
       noise_multiplier=0.675797916994426, local_steps=10, rounds=3,
       client_rate=0.4378679364362637, delta=8.964309051893144e-06, threat_model="type1")

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from tff_idp import preferences
-from tff_idp.accounting import binary_search
-from tff_idp.accounting import rdp_two_stage
-from tff_idp.accounting import record_calibration
-from tff_idp.accounting import scf
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
-from tff_idp.accounting.record_calibration import RecordBudgetError
-from tff_idp.accounting.record_calibration import calibrate_record_rates
+from tff_idp.accounting.record import binary_search
+from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record import calibration as record_calibration
+from tff_idp.accounting.record import scf
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record.calibration import RecordBudgetError
+from tff_idp.accounting.record.calibration import calibrate_record_rates
 
 FIG5 = TwoStageParams(noise_multiplier=1.0, local_steps=5, rounds=20, client_rate=0.5,
                       delta=1e-3)

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from tff_idp import preferences
-from tff_idp.accounting import rdp_two_stage
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
-from tff_idp.accounting.record_calibration import calibrate_record_rates
-from tff_idp.accounting.record_ledger import RecordBudgetAccountant
+from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record.calibration import calibrate_record_rates
+from tff_idp.accounting.record.ledger import RecordBudgetAccountant
 
 SIZES = {"a": 40, "b": 25, "c": 35}
 

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from tff_idp.accounting import rdp_two_stage
-from tff_idp.accounting import record_plan
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
-from tff_idp.accounting.record_ledger import RecordBudgetAccountant
+from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record import plan as record_plan
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record.ledger import RecordBudgetAccountant
 
 PARAMS = TwoStageParams(noise_multiplier=2.0, local_steps=2, rounds=4, client_rate=0.7,
                         delta=1e-4)

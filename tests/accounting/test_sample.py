@@ -15,7 +15,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as dp_rdp
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tff_idp.accounting import sample
+from tff_idp.accounting.client import sample
 from tff_idp.accounting import validation
 
 InfeasibleBudgetError = sample.InfeasibleBudgetError

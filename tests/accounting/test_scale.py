@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from tff_idp.accounting import scale
+from tff_idp.accounting.client import scale
 from tff_idp.accounting import validation
 
 

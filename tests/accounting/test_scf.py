@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from tff_idp.accounting import rdp_two_stage
-from tff_idp.accounting import scf
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record import scf
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 
 FIG5 = dict(noise_multiplier=1.0, local_steps=5, rounds=20, client_rate=0.5, delta=1e-3)
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tff_idp.accounting import sample
+from tff_idp.accounting.client import sample
 from tff_idp.accounting import validation
-from tff_idp.accounting.sample import InfeasibleBudgetError
+from tff_idp.accounting.client.sample import InfeasibleBudgetError
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = dict(epsilons=[1.0, 2.0], group_sizes=[600, 400], delta=1e-5, rounds=100,
@@ -205,18 +205,18 @@ def test_group_sizes_sum_to_n_and_within_one(weights, num_clients):
 # ---------------------------------------------------------------------------
 
 def test_accounting_does_not_import_tensorflow():
-  code = ("import sys, tff_idp.accounting, tff_idp.accounting.ledger, "
-          "tff_idp.accounting.scale, tff_idp.calibrate, tff_idp.accounting.rdp_two_stage, "
-          "tff_idp.accounting.scf, tff_idp.accounting.record_calibration, "
-          "tff_idp.accounting.binary_search, tff_idp.accounting.record_ledger, "
-          "tff_idp.accounting.owner_plan, tff_idp.training.group_metrics, "
-          "tff_idp.preferences, tff_idp.accounting.record_plan; "
+  code = ("import sys, tff_idp.accounting, tff_idp.accounting.client.ledger, "
+          "tff_idp.accounting.client.scale, tff_idp.idp_fedavg.calibrate, tff_idp.accounting.record.rdp_two_stage, "
+          "tff_idp.accounting.record.scf, tff_idp.accounting.record.calibration, "
+          "tff_idp.accounting.record.binary_search, tff_idp.accounting.record.ledger, "
+          "tff_idp.accounting.owner.plan, tff_idp.engine.group_metrics, "
+          "tff_idp.preferences, tff_idp.accounting.record.plan; "
           # Calibrating record-level plans (rates only) stays TF-free too.
-          "from tff_idp.accounting.rdp_two_stage import TwoStageParams; "
+          "from tff_idp.accounting.record.rdp_two_stage import TwoStageParams; "
           "budgets = {'a': [0.5, 1.0, 5.0], 'b': [2.0, 0.5]}; "
           "params = TwoStageParams(2.0, 2, 4, 0.7, 1e-4); "
-          "plans = [tff_idp.accounting.record_plan.make_record_plan(m, budgets, params, 1.0) "
-          "         for m in tff_idp.accounting.record_plan.METHODS]; "
+          "plans = [tff_idp.accounting.record.plan.make_record_plan(m, budgets, params, 1.0) "
+          "         for m in tff_idp.accounting.record.plan.METHODS]; "
           "[p.new_accountant() for p in plans]; "
           "bad = [m for m in sys.modules if m.split('.')[0] in "
           "('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')]; "

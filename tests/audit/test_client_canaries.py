@@ -9,8 +9,8 @@ import tensorflow_federated as tff
 from tff_idp import models
 from tff_idp.audit import client_canaries
 from tff_idp.audit import directions
-from tff_idp.sampling import PoissonClientSampler
-from tff_idp.training.process import build_idp_fedavg_process
+from tff_idp.engine.sampling import PoissonClientSampler
+from tff_idp.idp_fedavg.process import build_idp_fedavg_process
 
 
 def test_plan_splits_groups_equally_and_halves():
@@ -74,7 +74,7 @@ def _tiny_process(noise: float, client_lr: float, scale: bool = False):
       model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(client_lr),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
       noise_multiplier=noise, expected_clients_per_round=2.0,
-      per_client_clip_scale=scale, audit_canaries=True,
+      per_client_clip_scale=scale, canary_client_work=client_canaries.build_canary_client_work,
       aggregator_kwargs=dict(initial_clip=0.5, noise_seed=1))
 
 
@@ -89,7 +89,7 @@ def _dataset(n: int, seed: int):
 def test_canary_adds_exactly_its_clipped_direction(tff_runtime, scale):
   """Noise 0, a real client that cannot move (lr 0) and one canary: Δθ = s·C·u/c."""
   del tff_runtime
-  from tff_idp.training.process import scaled_client_data  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg.process import scaled_client_data  # pylint: disable=g-import-not-at-top
   process = _tiny_process(noise=0.0, client_lr=0.0, scale=scale)
   plan = client_canaries.make_canary_plan(2, [1.0], [1], group_clip_scales=[0.5 if scale
                                                                                else 1.0])
@@ -127,7 +127,7 @@ def test_real_clients_unchanged_by_canary_wrapper(tff_runtime):
                 aggregator_kwargs=dict(initial_clip=0.5, noise_seed=1,
                                        clipped_count_stddev=1.0))
   plain = build_idp_fedavg_process(model_fn, **kwargs)
-  audited = build_idp_fedavg_process(model_fn, audit_canaries=True, **kwargs)
+  audited = build_idp_fedavg_process(model_fn, canary_client_work=client_canaries.build_canary_client_work, **kwargs)
   plan = client_canaries.make_canary_plan(2, [1.0], [1])
   inputs = client_canaries.with_canary_inputs(lambda cid, r: _dataset(8, int(cid[-1])), plan,
                                               lambda: _dataset(0, 1))

@@ -7,13 +7,14 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp import models
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
-from tff_idp.accounting.record_plan import make_record_plan
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.accounting.record.plan import make_record_plan
+from tff_idp.audit import canary_replacement
 from tff_idp.audit import directions
 from tff_idp.audit import record_canaries
-from tff_idp.client_work import dp_sgd
-from tff_idp.client_work import process as process_lib
-from tff_idp.training import record_level
+from tff_idp.rpdp import dp_sgd
+from tff_idp.rpdp import client_work as process_lib
+from tff_idp.rpdp import record_level
 
 NF, NC = 6, 3
 
@@ -54,7 +55,7 @@ def test_canary_contributes_exactly_clip_times_direction(force_generic):
   seeds = directions.canary_seeds(7, 3)
   index = tf.constant([-1, 2, -1, 0, -1], tf.int32)
   clips = tf.constant([0.5, 0.3, 0.5, 0.7, 0.5])
-  replacement = dp_sgd.canary_replacement(index, clips, tf.constant(seeds))
+  replacement = canary_replacement.CanaryReplacement(seeds)(index, clips)
   with_c, _, _ = dp_sgd.clipped_gradient_sum(
       model, tf.constant(x), tf.constant(y), clips, dp_sgd.sparse_categorical_crossentropy,
       force_generic=force_generic, replacement=replacement)
@@ -80,7 +81,7 @@ def test_one_step_delta_of_a_lone_canary_is_lr_times_direction_times_clip():
   q_real = np.full(4, 1.0, np.float32)
   plain = dp_sgd.build_local_dp_sgd(model, sgd, 1, 0.0, 0.5)
   d_plain, s_plain = plain(initial, x, y, q_real, tf.constant([1, 2], tf.int64))
-  audited = dp_sgd.build_local_dp_sgd(model, sgd, 1, 0.0, 0.5, canary_seeds=seeds)
+  audited = dp_sgd.build_local_dp_sgd(model, sgd, 1, 0.0, 0.5, record_replacement=canary_replacement.CanaryReplacement(seeds))
   xc = np.concatenate([x, np.zeros((1, NF), np.float32)])
   yc = np.concatenate([y, np.zeros(1, np.int32)])
   qc = np.concatenate([q_real, [1.0]]).astype(np.float32)
@@ -106,7 +107,7 @@ def test_no_canaries_is_bit_for_bit_the_plain_step():
   seed = tf.constant([5, 6], tf.int64)
   plain = dp_sgd.build_local_dp_sgd(model, sgd, 3, 1.3, 0.4)
   audited = dp_sgd.build_local_dp_sgd(model, sgd, 3, 1.3, 0.4,
-                                      canary_seeds=directions.canary_seeds(0, 4))
+                                      record_replacement=canary_replacement.CanaryReplacement(directions.canary_seeds(0, 4)))
   d0, s0 = plain(initial, x, y, q, seed)
   d1, s1 = audited(initial, x, y, q, seed, canary_index=np.full(12, -1, np.int32))
   for a, b in zip(d0, d1):
@@ -123,7 +124,7 @@ def test_held_out_canary_is_never_sampled_and_q0_canary_has_no_effect():
   initial = _weights(model)
   sgd = tff.learning.optimizers.build_sgdm(1.0)
   seeds = directions.canary_seeds(1, 2)
-  audited = dp_sgd.build_local_dp_sgd(model, sgd, 2, 0.0, 0.5, canary_seeds=seeds)
+  audited = dp_sgd.build_local_dp_sgd(model, sgd, 2, 0.0, 0.5, record_replacement=canary_replacement.CanaryReplacement(seeds))
   seed = tf.constant([8, 9], tf.int64)
   d0, _ = audited(initial, x, y, q, seed, canary_index=np.full(6, -1, np.int32))
   xc = np.concatenate([x, np.zeros((2, NF), np.float32)])
@@ -139,13 +140,13 @@ def test_plain_step_refuses_canary_index_and_audit_step_needs_it():
   model = _model()
   x, y = _records(3)
   sgd = tff.learning.optimizers.build_sgdm(1.0)
-  with pytest.raises(ValueError, match="canary_seeds"):
+  with pytest.raises(ValueError, match="record_replacement"):
     dp_sgd.build_local_dp_sgd(model, sgd, 1, 0.0, 1.0)(
         _weights(model), x, y, np.ones(3, np.float32), tf.constant([0, 0], tf.int64),
         canary_index=np.full(3, -1, np.int32))
   with pytest.raises(ValueError, match="canary_index"):
     dp_sgd.build_local_dp_sgd(model, sgd, 1, 0.0, 1.0,
-                              canary_seeds=directions.canary_seeds(0, 2))(
+                              record_replacement=canary_replacement.CanaryReplacement(directions.canary_seeds(0, 2)))(
         _weights(model), x, y, np.ones(3, np.float32), tf.constant([0, 0], tf.int64))
 
 

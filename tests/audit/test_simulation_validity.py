@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tff_idp.accounting import sample
+from tff_idp.accounting.client import sample
 from tff_idp.audit import estimator
 from tff_idp.audit import simulation
 

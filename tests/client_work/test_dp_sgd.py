@@ -7,9 +7,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp import models
-from tff_idp.client_work import dp_sgd
-from tff_idp.client_work import importance
-from tff_idp.client_work import per_example
+from tff_idp.rpdp import dp_sgd
+from tff_idp.ino_sgd import importance
+from tff_idp.rpdp import per_example
 
 
 def _small_cnn():

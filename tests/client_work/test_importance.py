@@ -14,7 +14,7 @@ from scipy import integrate
 from scipy import special
 import tensorflow as tf
 
-from tff_idp.client_work import importance
+from tff_idp.ino_sgd import importance
 
 # ---------------------------------------------------------------------------
 # Independent NumPy/SciPy reference (descending form, Def. C.2 + quadrature).

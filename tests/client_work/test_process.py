@@ -7,7 +7,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp import models
-from tff_idp.client_work import process
+from tff_idp.rpdp import client_work as process
 
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 
@@ -117,8 +117,8 @@ def test_readme_composition_example():
 
 def test_ino_client_work_round_equals_the_plain_step_on_the_same_records():
   """INO-SGD inside the ClientWorkProcess: one round = the plain tf.function step."""
-  from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top
-  from tff_idp.client_work import importance  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import dp_sgd  # pylint: disable=g-import-not-at-top
+  from tff_idp.ino_sgd import importance  # pylint: disable=g-import-not-at-top
   weight_fn = importance.ino_example_weight_fn(gamma=3.0)
   work = process.build_record_dp_client_work(
       MODEL_FN, tff.learning.optimizers.build_sgdm(0.1), local_steps=3,

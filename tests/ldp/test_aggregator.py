@@ -8,7 +8,7 @@ tff = pytest.importorskip("tensorflow_federated")
 
 from tff_idp.accounting.shuffle import clip_laplace_reference as ref  # pylint: disable=g-import-not-at-top
 from tff_idp.errors import ToolkitValueError  # pylint: disable=g-import-not-at-top
-from tff_idp.ldp import aggregator, debias  # pylint: disable=g-import-not-at-top
+from tff_idp.apes import aggregator, debias  # pylint: disable=g-import-not-at-top
 
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 

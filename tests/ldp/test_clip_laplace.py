@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from tff_idp.accounting.shuffle import clip_laplace_reference as ref
 from tff_idp.errors import ToolkitValueError
-from tff_idp.ldp import clip_laplace
-from tff_idp.privacy_randomness import PrivacyRandomness
+from tff_idp.apes import clip_laplace
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
 
 C = 0.1
 EPSILONS = [1e-3, 0.05, 0.5, 1.0, 5.0, 50.0]

@@ -9,7 +9,7 @@ from scipy import integrate
 
 from tff_idp.accounting.shuffle import clip_laplace_reference as ref
 from tff_idp.errors import ToolkitValueError
-from tff_idp.ldp import debias
+from tff_idp.apes import debias
 
 C = 0.1
 CALIBRATION_EPS = [0.05, 0.5, 1.0]

@@ -15,9 +15,9 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from tff_idp import models  # pylint: disable=g-import-not-at-top
 from tff_idp.accounting.shuffle import clip_laplace_reference as ref  # pylint: disable=g-import-not-at-top
 from tff_idp.errors import ToolkitValueError  # pylint: disable=g-import-not-at-top
-from tff_idp.ldp import (build_apes_process, build_ldp_client_work, clip_laplace,  # pylint: disable=g-import-not-at-top
+from tff_idp.apes import (build_apes_process, build_ldp_client_work, clip_laplace,  # pylint: disable=g-import-not-at-top
                          make_client_input, make_round_inputs, sparsify)
-from tff_idp.privacy_randomness import PrivacyRandomness  # pylint: disable=g-import-not-at-top
+from tff_idp.engine.privacy_randomness import PrivacyRandomness  # pylint: disable=g-import-not-at-top
 
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 

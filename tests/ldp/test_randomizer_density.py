@@ -15,7 +15,7 @@ import tensorflow as tf
 from scipy import stats
 
 from tff_idp.accounting.shuffle import sparsified_density as sd
-from tff_idp.ldp import clip_laplace, sparsify
+from tff_idp.apes import clip_laplace, sparsify
 
 C = 0.1
 D = 3

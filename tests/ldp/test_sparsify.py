@@ -9,7 +9,7 @@ from scipy import stats
 
 from tff_idp.accounting.shuffle import clip_laplace_reference as ref
 from tff_idp.errors import ToolkitValueError
-from tff_idp.ldp import clip_laplace, sparsify
+from tff_idp.apes import clip_laplace, sparsify
 
 C = 0.1
 

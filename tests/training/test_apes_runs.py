@@ -1,28 +1,29 @@
-"""tff_idp.training.apes_runs: the APES experiment's data, ε draws, ledger hook and table."""
+"""tff_idp.apes.runs: the APES experiment's data, ε draws, ledger hook and table."""
 import os
 
 import numpy as np
 import pytest
 
-from tff_idp.training import apes_runs
+from datasets import shuffle_users
+from tff_idp.apes import runs as apes_runs
 
 
 def test_synthetic_users_have_the_papers_shape():
-  fed = apes_runs.synthetic_users(50, samples_per_user=12, seed=3)
+  fed = shuffle_users.synthetic_users(50, samples_per_user=12, seed=3)
   assert fed.num_users == 50 and fed.num_params == 60 * 10 + 10
   assert all(len(fed.x[c]) == 10 and len(fed.y[c]) == 10 for c in fed.client_ids)
   assert len(fed.test_y) == 100
   norms = np.linalg.norm(np.concatenate(list(fed.x.values())), axis=1)
   np.testing.assert_allclose(norms, 1.0, rtol=1e-5)  # unit-norm records, as QMNIST in the code
-  again = apes_runs.synthetic_users(50, samples_per_user=12, seed=3)
+  again = shuffle_users.synthetic_users(50, samples_per_user=12, seed=3)
   np.testing.assert_array_equal(fed.x["user_00007"], again.x["user_00007"])
 
 
 def test_synthetic_users_rejects_bad_sizes():
   with pytest.raises(ValueError, match="at least 2 users"):
-    apes_runs.synthetic_users(1)
+    shuffle_users.synthetic_users(1)
   with pytest.raises(ValueError, match="test_per_user"):
-    apes_runs.synthetic_users(10, samples_per_user=2, test_per_user=2)
+    shuffle_users.synthetic_users(10, samples_per_user=2, test_per_user=2)
 
 
 def _fake_mnist(tmp_path, per_class=30):
@@ -36,21 +37,21 @@ def _fake_mnist(tmp_path, per_class=30):
 
 def test_mnist_users_follow_the_reference_label_cycle(tmp_path):
   _fake_mnist(tmp_path)
-  fed = apes_runs.mnist_users(20, 12, str(tmp_path))
+  fed = shuffle_users.mnist_users(20, 12, str(tmp_path))
   assert fed.num_params == 7850
   for u, cid in enumerate(fed.client_ids):
     np.testing.assert_array_equal(fed.y[cid], (u + np.arange(10)) % 10)
   assert len(fed.test_y) == 40
   with pytest.raises(ValueError, match="--users"):
-    apes_runs.mnist_users(30, 12, str(tmp_path))  # 360 records > 300 images
+    shuffle_users.mnist_users(30, 12, str(tmp_path))  # 360 records > 300 images
 
 
 def test_mnist_users_missing_or_corrupt_data_is_clear(tmp_path):
   with pytest.raises(ValueError, match="--data_dir"):
-    apes_runs.mnist_users(5, 12, None)
+    shuffle_users.mnist_users(5, 12, None)
   (tmp_path / "mnist.npz").write_bytes(b"not a zip")
   with pytest.raises(ValueError, match="not a readable Keras mnist.npz"):
-    apes_runs.mnist_users(5, 12, str(tmp_path))
+    shuffle_users.mnist_users(5, 12, str(tmp_path))
 
 
 def test_epsilon_draws_follow_table_2():
@@ -102,7 +103,7 @@ def test_round_accountant_reads_the_planned_ledger_and_resumes():
 
 def test_mnist_users_default_count_fits_the_rarest_class(tmp_path):
   _fake_mnist(tmp_path, per_class=30)
-  fed = apes_runs.mnist_users(None, 12, str(tmp_path))
+  fed = shuffle_users.mnist_users(None, 12, str(tmp_path))
   assert fed.num_users == (30 * 10) // 12 - 10
 
 

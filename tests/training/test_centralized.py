@@ -4,10 +4,10 @@ import pytest
 import tensorflow as tf
 
 from tff_idp import models
-from tff_idp.accounting import owner_plan
-from tff_idp.client_work import importance
-from tff_idp.privacy_randomness import PrivacyRandomness
-from tff_idp.training import centralized
+from tff_idp.accounting.owner import plan as owner_plan
+from tff_idp.ino_sgd import importance
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
+from tff_idp.centralized import trainer as centralized
 
 
 def _data(n=300, seed=0):

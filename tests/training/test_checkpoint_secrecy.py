@@ -4,7 +4,7 @@ import stat
 
 import numpy as np
 
-from tff_idp.training import checkpoint
+from tff_idp.engine import checkpoint
 
 
 def _mode(path):

@@ -11,15 +11,15 @@ tff = pytest.importorskip("tensorflow_federated")
 
 from datasets import synthetic  # pylint: disable=g-import-not-at-top
 from tff_idp import models
-from tff_idp.accounting import ledger as ledger_lib
-from tff_idp.privacy_randomness import NOT_PRIVATE_LABEL
-from tff_idp.privacy_randomness import PrivacyRandomness
-from tff_idp.sampling import PoissonClientSampler
-from tff_idp.training import checkpoint
-from tff_idp.training import privacy_plan
-from tff_idp.training.driver import RoundDriver
-from tff_idp.training.metrics import read_metrics
-from tff_idp.training.process import build_idp_fedavg_process
+from tff_idp.accounting.client import ledger as ledger_lib
+from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
+from tff_idp.engine.sampling import PoissonClientSampler
+from tff_idp.engine import checkpoint
+from tff_idp.idp_fedavg import plan as privacy_plan
+from tff_idp.engine.driver import RoundDriver
+from tff_idp.engine.metrics import read_metrics
+from tff_idp.idp_fedavg.process import build_idp_fedavg_process
 
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 

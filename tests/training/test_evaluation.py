@@ -1,4 +1,4 @@
-"""tff_idp.training.evaluation and the models' sigmoid head."""
+"""tff_idp.engine.evaluation and the models' sigmoid head."""
 import collections
 
 import numpy as np
@@ -7,7 +7,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp import models
-from tff_idp.training import evaluation
+from tff_idp.engine import evaluation
 
 
 class _Weights:

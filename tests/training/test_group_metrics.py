@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from tff_idp.training import group_metrics
+from tff_idp.engine import group_metrics
 
 
 def test_two_groups_by_class_hand_computed():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_idp.training import idp_fedavg_runs as runs
+from tff_idp.idp_fedavg import runs
 
 
 def test_mean_band_is_the_t_interval_over_seeds():

@@ -25,8 +25,8 @@ tf = pytest.importorskip("tensorflow")
 tff = pytest.importorskip("tensorflow_federated")
 
 from tff_idp import models  # pylint: disable=g-import-not-at-top
-from tff_idp.training import in_process
-from tff_idp.training import process as process_lib
+from tff_idp.idp_fedavg import in_process
+from tff_idp.idp_fedavg import process as process_lib
 
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 
@@ -190,7 +190,7 @@ def test_a_failing_client_raises_and_the_process_still_works():
     (dict(client_execution="gpu"), "client_execution must be one of"),
     (dict(client_execution="in_process", parallel_clients=0), "whole number >= 1"),
     (dict(client_execution="in_process", parallel_clients=1.5), "whole number >= 1"),
-    (dict(client_execution="in_process", audit_canaries=True), "canary"),
+    (dict(client_execution="in_process", canary_client_work=lambda w: w), "canary"),
 ])
 def test_bad_arguments_are_refused_with_advice(kwargs, match):
   with pytest.raises(ValueError, match=match):
@@ -252,7 +252,7 @@ def test_experiment_metrics_equal_the_tff_runs(tmp_path):
 
 # ------------------------------------------------ choosing the execution, flags
 def _config(**kwargs):
-  from tff_idp.training import idp_fedavg_runs  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg import runs as idp_fedavg_runs  # pylint: disable=g-import-not-at-top
   base = dict(budgets=[1.0], ratios=[1.0], runs=["idp"], seeds=[0], rounds=1,
               clients_per_round=2, local_epochs=1, batch_size=4, client_learning_rate=0.1,
               server_learning_rate=1.0, client_optimizer="sgd", delta=1e-5,
@@ -261,7 +261,7 @@ def _config(**kwargs):
 
 
 def test_auto_trains_large_models_in_process_and_small_ones_and_audits_in_tff():
-  from tff_idp.training import idp_fedavg_runs as runs  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg import runs  # pylint: disable=g-import-not-at-top
   threshold = runs.IN_PROCESS_MIN_PARAMETERS
   assert runs.resolved_client_execution(_config(), threshold) == "in_process"
   assert runs.resolved_client_execution(_config(), threshold - 1) == "tff"
@@ -280,7 +280,7 @@ def test_auto_trains_large_models_in_process_and_small_ones_and_audits_in_tff():
     (dict(parallel_clients=0), "whole number >= 1"),
 ])
 def test_config_refuses_bad_execution_settings(kwargs, match):
-  from tff_idp.training import idp_fedavg_runs  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg import runs as idp_fedavg_runs  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError, match=match):
     idp_fedavg_runs.validate(_config(**kwargs), num_clients=10)
 

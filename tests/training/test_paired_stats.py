@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tff_idp.training import paired_stats
+from tff_idp.engine import paired_stats
 
 
 def test_matches_scipy_paired_t_test():

@@ -1,7 +1,7 @@
 """Run specs (``--runs``): the accepted forms and the messages that say what to change."""
 import pytest
 
-from tff_idp.training import privacy_plan
+from tff_idp.idp_fedavg import plan as privacy_plan
 
 RATIOS = (0.34, 0.43, 0.23)
 

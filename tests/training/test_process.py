@@ -8,7 +8,7 @@ tf = pytest.importorskip("tensorflow")
 tff = pytest.importorskip("tensorflow_federated")
 
 from tff_idp import models  # pylint: disable=g-import-not-at-top
-from tff_idp.training import process as process_lib
+from tff_idp.idp_fedavg import process as process_lib
 
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 

@@ -9,12 +9,12 @@ import tensorflow_federated as tff
 
 from tff_idp import models
 from tff_idp import preferences
-from tff_idp.accounting import rdp_two_stage
-from tff_idp.accounting.rdp_two_stage import TwoStageParams
-from tff_idp.client_work.process import build_rpdp_fedavg_process
+from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.rpdp.client_work import build_rpdp_fedavg_process
 from tff_idp.errors import ToolkitValueError
-from tff_idp.training import record_level
-from tff_idp.training.metrics import read_metrics
+from tff_idp.rpdp import record_level
+from tff_idp.engine.metrics import read_metrics
 
 PARAMS = TwoStageParams(noise_multiplier=2.0, local_steps=2, rounds=4, client_rate=0.7,
                         delta=1e-4)
@@ -119,7 +119,7 @@ def test_resume_is_exact_and_restores_record_ledger(tmp_path):
 
 @pytest.mark.usefixtures("tff_runtime")
 def test_resume_under_other_budgets_is_refused(tmp_path):
-  from tff_idp.training import checkpoint  # pylint: disable=g-import-not-at-top
+  from tff_idp.engine import checkpoint  # pylint: disable=g-import-not-at-top
   fed = _federation()
   params = TwoStageParams(2.0, 1, 2, 1.0, 1e-4)
   proc = _process(local_steps=1)
@@ -177,8 +177,8 @@ def test_extra_eval_metrics_are_release_columns(tmp_path):
 
 
 def test_plans_are_reexported_from_the_tf_free_module():
-  """Calibration lives in tff_idp.accounting.record_plan; old imports keep working."""
-  from tff_idp.accounting import record_plan  # pylint: disable=g-import-not-at-top
+  """Calibration lives in tff_idp.accounting.record.plan; old imports keep working."""
+  from tff_idp.accounting.record import plan as record_plan  # pylint: disable=g-import-not-at-top
   assert record_level.make_record_plan is record_plan.make_record_plan
   assert record_level.RecordPlan is record_plan.RecordPlan
   assert record_level.METHODS is record_plan.METHODS
@@ -207,7 +207,7 @@ def test_minimum_run_reports_budget_used_vs_effective_and_vs_own(tmp_path):
 @pytest.mark.usefixtures("tff_runtime")
 def test_rerun_returns_stored_rows_and_refuses_other_learning_rate(tmp_path):
   """Issue 9: a finished run returns its rows; the learning rate is fingerprinted."""
-  from tff_idp.training import checkpoint  # pylint: disable=g-import-not-at-top
+  from tff_idp.engine import checkpoint  # pylint: disable=g-import-not-at-top
   fed = _federation()
   params = TwoStageParams(2.0, 1, 2, 1.0, 1e-4)
   proc = _process(local_steps=1)

@@ -14,14 +14,14 @@ import pytest
 from tff_idp.errors import OutputDirError
 from tff_idp.errors import TffIdpError
 from tff_idp.errors import ToolkitValueError
-from tff_idp.sampling import PoissonClientSampler
-from tff_idp.training import checkpoint
-from tff_idp.training import fingerprint
-from tff_idp.training import metrics as metrics_lib
-from tff_idp.training.driver import RoundDriver
-from tff_idp.training.metrics import read_metrics
-from tff_idp.training.output_lock import LOCK_FILE
-from tff_idp.training.output_lock import OutputDirLock
+from tff_idp.engine.sampling import PoissonClientSampler
+from tff_idp.engine import checkpoint
+from tff_idp.engine import fingerprint
+from tff_idp.engine import metrics as metrics_lib
+from tff_idp.engine.driver import RoundDriver
+from tff_idp.engine.metrics import read_metrics
+from tff_idp.engine.output_lock import LOCK_FILE
+from tff_idp.engine.output_lock import OutputDirLock
 
 CLIENTS = [f"c{i}" for i in range(20)]
 ROUNDS = 6
@@ -240,7 +240,7 @@ def test_two_locks_on_one_directory_conflict(tmp_path):
 def test_driver_refuses_directory_held_by_another_process(tmp_path):
   holder = subprocess.Popen(
       [sys.executable, "-c",
-       "import sys; from tff_idp.training.output_lock import OutputDirLock; "
+       "import sys; from tff_idp.engine.output_lock import OutputDirLock; "
        "lock = OutputDirLock(sys.argv[1]).acquire(); print('held', flush=True); "
        "sys.stdin.read()", str(tmp_path)],
       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

@@ -5,7 +5,7 @@ A canary client j is not a real client. It owns a random unit direction u_j
 sampling rate q_p and clip scale s_p. Its update is always
 ``CANARY_NORM · u_j``, far above any clip, so the DP aggregator's clipping
 makes its contribution exactly s_p·C·u_j, the most a client of its group
-can move the sum (IDP-FedAvg Alg. 2; ``tff_idp.aggregators``).
+can move the sum (IDP-FedAvg Alg. 2; ``tff_idp.idp_fedavg.aggregators``).
 
 * **Sampling.** Canaries are Poisson-sampled like real clients, each with its
   group's q_p, by their own RNG (:class:`CanarySampler`), so the real
@@ -38,9 +38,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_idp.aggregators import CANARY_WEIGHT_OFFSET
+from tff_idp.idp_fedavg.aggregators import CANARY_WEIGHT_OFFSET
 from tff_idp.audit import directions
-from tff_idp.sampling import PoissonClientSampler
+from tff_idp.engine import tff_composition
+from tff_idp.engine.sampling import PoissonClientSampler
 
 CANARY_NORM = 1e9
 """Norm of a canary's raw update: above any clip (adaptive clipping grows by
@@ -226,8 +227,7 @@ def build_canary_client_work(inner: tff.learning.templates.ClientWorkProcess
                       tf.cast(result.update_weight, tf.float32))
     return tff.learning.templates.ClientResult(update=update, update_weight=weight)
 
-  from tff_idp.training import process  # pylint: disable=g-import-not-at-top
-  return process.map_client_results(inner, "canary", canary_type, apply_canary)
+  return tff_composition.map_client_results(inner, "canary", canary_type, apply_canary)
 
 
 model_delta = directions.model_delta

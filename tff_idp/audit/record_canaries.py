@@ -16,10 +16,10 @@ dataset); the other half is **inserted**: appended to chosen clients' data,
 sampled at q_l in every local step like a real record, and, when sampled,
 its clipped per-example gradient is *replaced* by L·u_j, a contribution of
 exactly the clip norm in its fixed direction (the local DP-SGD step's
-per-example hook, :mod:`tff_idp.client_work.dp_sgd`; no separate step).
+per-example hook, :mod:`tff_idp.rpdp.dp_sgd`; no separate step).
 
 **What canaries do not change.** They never enter the per-record ledger
-(:class:`tff_idp.accounting.record_ledger.RecordBudgetAccountant` is built
+(:class:`tff_idp.accounting.record.ledger.RecordBudgetAccountant` is built
 from the plan's real records only), the real records' rates, or the
 normaliser of the local step (Σ q_j over real records only; canaries are
 extra records on top). They do change the model (by design): their effect
@@ -48,9 +48,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tff_idp.accounting import rdp_two_stage
-from tff_idp.accounting import record_calibration
-from tff_idp.accounting.record_plan import RecordPlan
+from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record import calibration as record_calibration
+from tff_idp.accounting.record.plan import RecordPlan
 from tff_idp.audit import directions
 from tff_idp.audit import estimator
 
@@ -160,7 +160,7 @@ def make_record_canaries(plan: RecordPlan, federation: Any, num_canaries: int, *
 
   Args:
     plan: the run's :class:`RecordPlan` (a private method: ``budgets`` set).
-    federation: the :class:`tff_idp.training.record_level.RecordFederation`.
+    federation: the :class:`tff_idp.rpdp.record_level.RecordFederation`.
     num_canaries: k, a multiple of 2·(number of levels) with at least
       :data:`MIN_PER_LEVEL` per level.
     audit_seed: the auditor's seed (directions, held-out split, placement).
@@ -367,8 +367,9 @@ def build_audit_process(model_fn: Callable[[], Any], plan: RecordPlan,
   validating the audit only.
   """
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_idp.client_work import dp_sgd  # pylint: disable=g-import-not-at-top
-  from tff_idp.client_work.process import build_rpdp_fedavg_process  # pylint: disable=g-import-not-at-top
+  from tff_idp.audit import canary_replacement  # pylint: disable=g-import-not-at-top  (TensorFlow)
+  from tff_idp.rpdp import dp_sgd  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp.client_work import build_rpdp_fedavg_process  # pylint: disable=g-import-not-at-top
   if not noise_multiplier_scale >= 0:
     raise ValueError(f"noise_multiplier_scale={noise_multiplier_scale} must be >= 0.")
   return build_rpdp_fedavg_process(
@@ -378,7 +379,8 @@ def build_audit_process(model_fn: Callable[[], Any], plan: RecordPlan,
       noise_multiplier=plan.noise_multiplier * noise_multiplier_scale,
       clip_norm=plan.clip_norm,
       loss_fn=loss_fn if loss_fn is not None else dp_sgd.sparse_categorical_crossentropy,
-      example_weight_fn=example_weight_fn, canary_seeds=canaries.seeds)
+      example_weight_fn=example_weight_fn,
+      record_replacement=canary_replacement.CanaryReplacement(canaries.seeds))
 
 
 def run_record_audit(model_fn: Callable[[], Any], federation: Any, plan: RecordPlan, *,
@@ -400,7 +402,7 @@ def run_record_audit(model_fn: Callable[[], Any], federation: Any, plan: RecordP
   Builds the canaries (:func:`make_record_canaries`) and the process
   (:func:`build_audit_process`, or ``process`` if given: it must have been
   built with this call's canary seeds), runs
-  :func:`tff_idp.training.record_level.run_record_level` with them
+  :func:`tff_idp.rpdp.record_level.run_record_level` with them
   (``run_kwargs``: ``evaluate_fn``, ``eval_every``, ``progress``,
   ``insecure_reproducible_noise``, ``keras_builder``, ``restart``, ...),
   then measures θ_0 − θ_T and estimates ε per level (:func:`audit_levels`).
@@ -408,7 +410,7 @@ def run_record_audit(model_fn: Callable[[], Any], federation: Any, plan: RecordP
   ``noise_multiplier_scale`` and ``rate_scale`` break the mechanism on
   purpose (the ledger keeps the plan's σ and rates): validation only.
   """
-  from tff_idp.training import record_level  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import record_level  # pylint: disable=g-import-not-at-top
   canaries = make_record_canaries(plan, federation, num_canaries, audit_seed=audit_seed,
                                   levels=levels, clients=clients, rate_scale=rate_scale)
   if process is None:
@@ -432,3 +434,49 @@ def run_record_audit(model_fn: Callable[[], Any], federation: Any, plan: RecordP
                          bootstrap=bootstrap, seed=audit_seed)
   return RecordAudit(levels=results, canaries=canaries, rows=rows, accountant=accountant,
                      model_delta=delta, state=state)
+
+
+@dataclasses.dataclass
+class RecordCanaryAudit:
+  """The record-level audit as a plug-in of :func:`tff_idp.rpdp.runs.run`.
+
+  ``tff_idp.rpdp.runs.run(..., audit=RecordCanaryAudit(k, audit_seed, levels))``
+  adds, per private method, one audited run of the first seed with ``k``
+  gradient canaries (:func:`run_record_audit`). The family's code calls
+  :meth:`prepare` before any training and :meth:`run` after a method's seeds;
+  it imports nothing from :mod:`tff_idp.audit`.
+  """
+  num_canaries: int
+  audit_seed: int = 0
+  levels: Optional[Sequence[float]] = None
+
+  def prepare(self, plans: Mapping[str, RecordPlan], records: Any) -> None:
+    """Builds every method's canaries once to validate them (ValueError with advice)."""
+    self._methods = set()
+    for method, plan in plans.items():
+      if plan.budgets is None:
+        continue
+      try:
+        make_record_canaries(plan, records, self.num_canaries, audit_seed=self.audit_seed,
+                             levels=self.levels)
+      except ValueError as e:
+        raise ValueError(f"--audit_canaries={self.num_canaries} ({method}): {e}") from None
+      self._methods.add(method)
+    if not self._methods:
+      raise ValueError("--audit_canaries needs a private method (ours, minimum or "
+                       "dropout); privacy_free has no budget to audit.")
+
+  def audits(self, method: str) -> bool:
+    return method in getattr(self, "_methods", ())
+
+  def run(self, model_fn: Callable[[], Any], records: Any, plan: RecordPlan, *,
+          run_seed: int, output_dir: str, accuracy_without: float,
+          **audit_kwargs: Any) -> dict:
+    """The row entries of one method's audit: ``audit`` and the accuracies with/without."""
+    audited = run_record_audit(model_fn, records, plan, num_canaries=self.num_canaries,
+                               run_seed=run_seed, output_dir=output_dir,
+                               audit_seed=self.audit_seed, levels=self.levels,
+                               **audit_kwargs)
+    return {"audit": audited.summary_rows(),
+            "audit_accuracy_with_canaries": audited.final_accuracy,
+            "audit_accuracy_without_canaries": accuracy_without}

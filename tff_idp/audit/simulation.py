@@ -6,7 +6,7 @@ clients per round make the estimate informative) before spending a TFF run.
 
 Model of the final model delta, in TFF's update convention, with C = 1 and a
 server learning rate of 1 (IDP-FedAvg Alg. 2 with the DP mean of
-``tff_idp.aggregators``):
+``tff_idp.idp_fedavg.aggregators``):
 
     U = Σ_t (  n_t · g                      real clients: n_t ~ Σ_i Bernoulli(q_i),
                                             each clipped to norm 1 along a common

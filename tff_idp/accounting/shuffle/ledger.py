@@ -3,7 +3,7 @@
 One round: every user i sends d Clip-Laplace coordinates at budget ε_i; each
 coordinate is shuffled on its own. S-APES (``b`` given) randomizes b of them
 with the user's ε_i and pads the rest with CLap(0) noise, by one of two
-``selection`` rules (:mod:`tff_idp.ldp.sparsify`):
+``selection`` rules (:mod:`tff_idp.apes.sparsify`):
 
 * ``"random"`` (default): a data-independent b-subset. Sound at b·ε_i
   locally; given every user's subset (data-independent, so conditioning on

@@ -1,7 +1,7 @@
 """Exact output density of the S-APES local randomizers (NumPy, no TensorFlow).
 
 What a user releases under Alg. 2 (APES paper Sec. 3.3; TF implementation
-:func:`tff_idp.ldp.sparsify.sparsify_perturb`), for one update x ∈ [−C, C]^d,
+:func:`tff_idp.apes.sparsify.sparsify_perturb`), for one update x ∈ [−C, C]^d,
 b kept coordinates and the per-coordinate budget ε' (λ' = 2C/ε'), with f(z | x)
 the Clip-Laplace density (Def. 4, :func:`clip_laplace_reference.density`):
 

@@ -1,0 +1,1 @@
+"""Owner-level plans (INO-SGD). No TensorFlow."""

@@ -1,0 +1,139 @@
+"""APES / S-APES and their baselines as one TFF ``LearningProcess`` (APES paper Alg. 1-2).
+
+A round (Alg. 1, with the randomizer of the chosen mechanism):
+
+1. broadcast the global model w;
+2. every client runs local FedProx from w (μ = ``proximal_strength``, SGD at
+   ``client_learning_rate``, ``local_epochs`` passes over its data) and
+   randomizes its model delta with its own ε_i and secret seed, inside the
+   client computation (:mod:`tff_idp.apes.client_work`);
+3. the server averages the reports and, for APES / S-APES, de-biases the
+   average with the budget multiset (:mod:`tff_idp.apes.aggregator`);
+4. w ← w − η_s·û with SGD at ``server_learning_rate`` (1 adds the
+   de-biased average delta, as the reference code does).
+
+Mechanisms (:data:`tff_idp.apes.client_work.MECHANISMS`): "none"
+(non-private FedProx, plain mean), "clip_laplace" (APES), "sparse_clip_laplace"
+(S-APES with a secret random b-subset, ``keep=b``; the default S-APES),
+"sparse_clip_laplace_top_b" (S-APES as published, post-top-b: sound only at
+d·ε_i/b locally, see :mod:`tff_idp.apes.sparsify`), "laplace" (PLDP / UniS:
+Laplace(2C/ε_i), plain mean; PLDP and UniS differ only in accounting).
+
+Calling a round::
+
+    process = build_apes_process(model_fn, mechanism="clip_laplace", clip=0.1,
+                                 epsilons=eps, client_learning_rate=1.0)
+    randomness = PrivacyRandomness.secret()          # once per run (checkpoint it)
+    state = process.initialize()
+    for round_num in range(rounds):
+      inputs = make_round_inputs(datasets, eps, client_ids, randomness, round_num)
+      # = [make_client_input(datasets[i], eps[i],
+      #                      client_seed(randomness, client_ids[i], round_num)) ...]
+      output = process.next(state, inputs)
+      state = output.state
+
+``output.metrics["aggregator"]`` holds the number of reports; there are no
+client training metrics (they are not randomized; evaluate the global
+model on held-out data instead).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp.errors import ToolkitValueError
+from tff_idp.apes import clip_laplace
+from tff_idp.apes.aggregator import ShuffledPersonalizedMeanFactory
+from tff_idp.apes.client_work import (SPARSE_SELECTION, ModelFn, build_ldp_client_work,
+                                     check_mechanism)
+from tff_idp.apes.debias import DEFAULT_GRID_POINTS
+
+
+def _sparse_debias_for(mechanism: str, sparse_debias: Optional[str]) -> str:
+  """The S-APES de-bias mode: the caller's, or the one that fits the selection."""
+  selection = SPARSE_SELECTION.get(mechanism)
+  if sparse_debias is None:
+    return "threshold" if selection == "top_b" else "rescale"
+  if selection == "random" and sparse_debias != "rescale":
+    raise ToolkitValueError(
+        f"sparse_debias={sparse_debias!r} does not fit mechanism='sparse_clip_laplace': its "
+        "random b-subset keeps each coordinate with probability b/d, so 'rescale' is its "
+        "exact de-bias ('threshold' approximates the post-top-b selection of "
+        "'sparse_clip_laplace_top_b'). Leave sparse_debias unset.")
+  return sparse_debias
+
+
+def build_apes_process(
+    model_fn: ModelFn, *, mechanism: str, client_learning_rate: float,
+    clip: Optional[float] = None, epsilons: Optional[Sequence[float]] = None,
+    keep: Optional[int] = None, server_learning_rate: float = 1.0,
+    proximal_strength: float = 0.01, local_epochs: int = 1,
+    num_reports: Optional[int] = None, sparse_debias: Optional[str] = None,
+    grid_points: int = DEFAULT_GRID_POINTS,
+) -> tff.learning.templates.LearningProcess:
+  """APES (Alg. 1), S-APES (Alg. 2) or a baseline as a ``tff.learning.templates.LearningProcess``.
+
+  Args:
+    model_fn: builds a ``tff.learning.models.VariableModel``.
+    mechanism: "none", "clip_laplace", "sparse_clip_laplace" (S-APES with a
+      secret random b-subset, sound at ε_i locally), "sparse_clip_laplace_top_b"
+      (the paper's post-top-b; only d·ε_i/b locally) or "laplace".
+    client_learning_rate: the clients' SGD learning rate.
+    clip: C > 0, the per-coordinate clip bound (all but "none").
+    epsilons: the population's budget multiset, one per client ("clip_laplace"
+      and "sparse_clip_laplace": the de-bias needs it; ignored otherwise).
+    keep: b (the S-APES mechanisms only).
+    server_learning_rate: server SGD learning rate (1: add the mean delta).
+    proximal_strength: FedProx μ (0.01 in the paper's code).
+    local_epochs: passes over each client's dataset per round.
+    num_reports: static n of the mean (full participation); ``None``: the
+      number of reports received.
+    sparse_debias: S-APES de-bias; ``None`` picks the one that fits the
+      selection: "rescale" (exact) for "sparse_clip_laplace", "threshold"
+      for "sparse_clip_laplace_top_b" (see :mod:`tff_idp.apes.debias`).
+      "threshold" with the random selection is refused.
+    grid_points: size of the de-bias grid.
+
+  Client data: :func:`tff_idp.apes.client_work.make_client_input`.
+  """
+  check_mechanism(mechanism)
+  if not (isinstance(client_learning_rate, (int, float)) and client_learning_rate > 0):
+    raise ToolkitValueError(f"client_learning_rate={client_learning_rate!r} must be > 0.")
+  if not (isinstance(server_learning_rate, (int, float)) and server_learning_rate > 0):
+    raise ToolkitValueError(f"server_learning_rate={server_learning_rate!r} must be > 0.")
+  debiased = mechanism == "clip_laplace" or mechanism in SPARSE_SELECTION
+  sparse_debias = _sparse_debias_for(mechanism, sparse_debias)
+  if debiased and epsilons is None:
+    raise ToolkitValueError(
+        f"mechanism={mechanism!r} needs epsilons, the population's budget multiset: the "
+        "server de-biases the mean with it.")
+  if epsilons is not None:
+    clip_laplace.check_epsilon(np.asarray(epsilons, np.float64).ravel(), "epsilons")
+  client_work = build_ldp_client_work(
+      model_fn, mechanism=mechanism,
+      client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=client_learning_rate),
+      clip=clip, keep=keep, proximal_strength=proximal_strength, local_epochs=local_epochs)
+  if debiased:
+    factory = ShuffledPersonalizedMeanFactory(
+        clip, epsilons, keep=keep, sparse_debias=sparse_debias, num_reports=num_reports,
+        grid_points=grid_points)
+  else:
+    factory = ShuffledPersonalizedMeanFactory(debias=False, num_reports=num_reports)
+  with tf.Graph().as_default():
+    weights_type = tff.learning.models.weights_type_from_model(model_fn)
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  aggregator = tff.aggregators.as_weighted_aggregator(factory).create(
+      weights_type.trainable, tff.TensorType(np.float32))
+  server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate)
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_work, aggregator,
+      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type))

@@ -1,0 +1,198 @@
+"""IDP-FedAvg as native TFF ``LearningProcess`` objects (IDP-FedAvg paper, Alg. 2).
+
+Four modes share one round loop and differ only in the process built here
+and the sampling rates the driver uses:
+
+* ``nonprivate``: FedAvg, example-weighted mean, no clipping or noise.
+* ``uniform``:    DP-FedAvg with adaptive clipping, one rate for everybody.
+* ``idp``:        DP-FedAvg with adaptive clipping and σ_SAMPLE; the
+                  individual rates live in the sampler (the aggregator is the
+                  same as for ``uniform``: sampling is the only difference).
+* ``scale``:      uniform sampling, per-group clip scales s_p at one shared
+                  noise level (see ``tff_idp.accounting.client.scale``). Its client
+                  data is ``OrderedDict(data=<dataset>, clip_scale=<dataset of one float32>)``
+                  (TFF requires client data to be sequences); see
+                  ``scaled_client_data``.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp.engine.tff_composition import CLIENT_LOOP
+from tff_idp.engine.tff_composition import map_client_results
+from tff_idp.idp_fedavg.aggregators import AdaptiveClipDPMeanFactory
+from tff_idp.idp_fedavg import in_process
+
+ModelFn = Callable[[], tff.learning.models.VariableModel]
+
+def build_scaled_client_work(model_fn: ModelFn,
+                             client_optimizer: tff.learning.optimizers.Optimizer
+                             ) -> tff.learning.templates.ClientWorkProcess:
+  """Model-delta client work whose update weight is the client's clip scale.
+
+  Wraps TFF's ``build_model_delta_client_work`` (unweighted) and replaces the
+  update weight by ``client_data.clip_scale``, which the DP aggregator reads
+  as the client's clip scale s_i (SCALE baseline).
+  """
+  inner = tff.learning.templates.build_model_delta_client_work(
+      model_fn, client_optimizer, tff.learning.ClientWeighting.UNIFORM,
+      loop_implementation=CLIENT_LOOP)
+  result_type = inner.next.type_signature.result.result.member
+
+  @tff.tensorflow.computation(result_type, tff.SequenceType(np.float32))
+  def with_clip_scale(result, clip_scale):
+    # TFF requires client data to be sequences, so the scale is a 1-element one.
+    scale = clip_scale.reduce(tf.constant(0.0), lambda _, x: x)
+    return tff.learning.templates.ClientResult(
+        update=result.update, update_weight=scale)
+
+  return map_client_results(inner, "clip_scale", tff.SequenceType(np.float32),
+                            with_clip_scale)
+
+
+def scaled_client_data(dataset: tf.data.Dataset, clip_scale: float
+                       ) -> collections.OrderedDict:
+  """Client input for the SCALE process: the data and the client's clip scale."""
+  return collections.OrderedDict(
+      data=dataset,
+      clip_scale=tf.data.Dataset.from_tensors(tf.constant(clip_scale, tf.float32)))
+
+
+def build_idp_fedavg_process(
+    model_fn: ModelFn, *,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    noise_multiplier: Optional[float],
+    expected_clients_per_round: float,
+    per_client_clip_scale: bool = False,
+    aggregator_kwargs: Optional[dict] = None,
+    canary_client_work: Optional[Callable[[tff.learning.templates.ClientWorkProcess],
+                                          tff.learning.templates.ClientWorkProcess]] = None,
+    client_execution: str = "tff",
+    parallel_clients: Optional[int] = None,
+) -> tff.learning.templates.LearningProcess:
+  """IDP-FedAvg (Alg. 2) as a ``tff.learning.templates.LearningProcess``.
+
+  Args:
+    model_fn: builds a ``tff.learning.models.VariableModel``.
+    client_optimizer / server_optimizer: TFF optimizers (e.g. Adam / SGD 1.0).
+    noise_multiplier: σ_SAMPLE (or the uniform σ). ``None`` builds plain,
+      non-private FedAvg.
+    expected_clients_per_round: Σ_i q_i, the DP mean's fixed normaliser.
+    per_client_clip_scale: SCALE: client data carries ``clip_scale``.
+    aggregator_kwargs: passed to ``AdaptiveClipDPMeanFactory`` (initial_clip,
+      target_unclipped_quantile, clip_learning_rate, clipped_count_stddev,
+      noise_seed).
+    canary_client_work: the hook a client-level audit plugs into: a wrapper
+      of the client work that adds canary clients (e.g.
+      :func:`tff_idp.audit.client_canaries.build_canary_client_work`, whose
+      client data is ``OrderedDict(data=<as without>, canary=<element>)``);
+      the aggregator then accepts canary clients (value sum only; normaliser
+      and noise unchanged).
+    client_execution: ``"tff"`` runs the clients' local training as TFF
+      client computations; ``"in_process"`` trains them in this Python
+      process and runs the same aggregator and server update in TFF
+      (:mod:`tff_idp.idp_fedavg.in_process`: same state, same results within
+      float tolerance, faster). Not with ``canary_client_work``.
+    parallel_clients: in-process only: clients trained at once, each on its
+      own model copy (default :func:`tff_idp.idp_fedavg.in_process.default_parallel_clients`).
+  """
+  in_process.check_client_execution(client_execution)
+  if parallel_clients is not None:
+    in_process.check_parallel_clients(parallel_clients)
+  if client_execution == "in_process" and canary_client_work is not None:
+    raise ValueError("client_execution='in_process' does not run the audit's canary "
+                     "clients; build the audit process with client_execution='tff'.")
+  process = _build_tff_process(
+      model_fn, client_optimizer=client_optimizer, server_optimizer=server_optimizer,
+      noise_multiplier=noise_multiplier,
+      expected_clients_per_round=expected_clients_per_round,
+      per_client_clip_scale=per_client_clip_scale, aggregator_kwargs=aggregator_kwargs,
+      canary_client_work=canary_client_work)
+  if client_execution == "tff":
+    return process
+  factory = _model_aggregator(noise_multiplier, expected_clients_per_round, aggregator_kwargs)
+  weighting = (tff.learning.ClientWeighting.NUM_EXAMPLES if noise_multiplier is None
+               else tff.learning.ClientWeighting.UNIFORM)
+  with tf.Graph().as_default():
+    weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  copies = parallel_clients or in_process.default_parallel_clients()
+  client_updates = [in_process.ModelDeltaClientUpdate(model_fn, client_optimizer, weighting)
+                    for _ in range(copies)]
+  server_step = in_process.build_server_step(
+      factory.create(weights_type.trainable, tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type),
+      client_updates[0])
+  return in_process.InProcessLearningProcess(process, client_updates, server_step)
+
+
+def _model_aggregator(noise_multiplier: Optional[float], expected_clients_per_round: float,
+                      aggregator_kwargs: Optional[dict], accept_canaries: bool = False):
+  """The model-update aggregator of both client executions (one place, so they cannot drift).
+
+  Non-private: the example-weighted mean (an empty cohort, or only padding,
+  leaves the model as is). DP: ``AdaptiveClipDPMeanFactory``.
+  """
+  if noise_multiplier is None:
+    return tff.aggregators.MeanFactory(no_nan_division=True)
+  return AdaptiveClipDPMeanFactory(noise_multiplier, expected_clients_per_round,
+                                   **(aggregator_kwargs or {}), accept_canaries=accept_canaries)
+
+
+def _build_tff_process(
+    model_fn: ModelFn, *, client_optimizer, server_optimizer, noise_multiplier,
+    expected_clients_per_round, per_client_clip_scale, aggregator_kwargs,
+    canary_client_work) -> tff.learning.templates.LearningProcess:
+  """``build_idp_fedavg_process`` with the clients as TFF client computations."""
+  audit_canaries = canary_client_work is not None
+  if noise_multiplier is None:
+    if per_client_clip_scale:
+      raise ValueError("per-client clip scales need a noise multiplier (SCALE is DP).")
+    if audit_canaries:
+      raise ValueError("the canary audit needs a DP run (a noise multiplier): a "
+                       "non-private run has no DP aggregator to audit.")
+    return tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer, server_optimizer,
+        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+        model_aggregator=_model_aggregator(None, expected_clients_per_round, None),
+        loop_implementation=CLIENT_LOOP)
+  aggregator = _model_aggregator(noise_multiplier, expected_clients_per_round,
+                                 aggregator_kwargs, accept_canaries=audit_canaries)
+  if not per_client_clip_scale and not audit_canaries:
+    return tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn, client_optimizer, server_optimizer,
+        client_weighting=tff.learning.ClientWeighting.UNIFORM,
+        model_aggregator=aggregator, loop_implementation=CLIENT_LOOP)
+  if per_client_clip_scale:
+    client_work = build_scaled_client_work(model_fn, client_optimizer)
+  else:
+    client_work = tff.learning.templates.build_model_delta_client_work(
+        model_fn, client_optimizer, tff.learning.ClientWeighting.UNIFORM,
+        loop_implementation=CLIENT_LOOP)
+  if audit_canaries:
+    client_work = canary_client_work(client_work)
+  with tf.Graph().as_default():
+    weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  initial_weights_fn = _initial_model_weights_fn(model_fn)
+  return tff.learning.templates.compose_learning_process(
+      initial_weights_fn,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_work,
+      aggregator.create(weights_type.trainable, tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                              weights_type))
+
+
+def _initial_model_weights_fn(model_fn: ModelFn):
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    model = model_fn()
+    return tff.learning.models.ModelWeights.from_model(model)
+
+  return initial_model_weights_fn

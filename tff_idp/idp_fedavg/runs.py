@@ -1,0 +1,663 @@
+"""IDP-FedAvg runs end to end: run specs × seeds through one round loop, then a table.
+
+:func:`run_all` calibrates each run (``tff_idp.idp_fedavg.plan``;
+SAMPLE, IDP-FedAvg Alg. 1, or SCALE), builds its TFF process (Alg. 2 with
+adaptive clipping, :func:`tff_idp.idp_fedavg.process.build_idp_fedavg_process`),
+drives it with checkpoints and metrics (:class:`tff_idp.engine.driver.RoundDriver`)
+and writes ``summary.json``, ``summary.md`` and ``accuracy.png`` into the
+output directory; :func:`validate` checks every run spec first and
+:func:`format_table` prints the comparison with paired statistics.
+``experiments.idp_fedavg`` and the paper presets are its command lines and
+:func:`tff_idp.runners.run_idp_fedavg` its one-call Python entry.
+
+Privacy randomness (aggregator noise, client sampling) is secret: each
+(run spec, seed) draws its own from OS entropy (``tff_idp.engine.privacy_randomness``);
+the seeds control only model init, data order and the group assignment.
+``insecure_reproducible_noise`` derives it from the seed instead, for
+debugging, and labels every output NOT PRIVATE.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import logging
+import math
+import os
+import zlib
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+from scipy import stats
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp.idp_fedavg import aggregators
+from tff_idp.audit import client_canaries
+from tff_idp.audit import controls
+from tff_idp.audit import report as audit_report
+from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
+from tff_idp.engine.sampling import PoissonClientSampler
+from tff_idp.engine import evaluation
+from tff_idp.engine import group_metrics
+from tff_idp.idp_fedavg import in_process
+from tff_idp.engine import paired_stats
+from tff_idp.idp_fedavg import plan as privacy_plan
+from tff_idp.engine.driver import RoundDriver
+from tff_idp.engine.metrics import read_metrics
+from tff_idp.idp_fedavg.process import build_idp_fedavg_process
+from tff_idp.idp_fedavg.process import scaled_client_data
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+  budgets: Sequence[float]
+  ratios: Sequence[float]
+  runs: Sequence[str]
+  seeds: Sequence[int]
+  rounds: int
+  clients_per_round: float
+  local_epochs: int
+  batch_size: int
+  client_learning_rate: float
+  server_learning_rate: float
+  client_optimizer: str
+  delta: float
+  accountant: str
+  output_dir: str
+  eval_every: int
+  checkpoint_every: int
+  allow_overrun: bool = False
+  max_rate: float = 1.0
+  progress: bool = True
+  # Derive noise and sampling from the seed: NOT PRIVATE, debugging only.
+  insecure_reproducible_noise: bool = False
+  # Write no diagnostics (un-noised statistics) at all.
+  release_only: bool = False
+  # σ_b, the noise std of the adaptive clip's count bit (Andrew et al. 2021,
+  # IDP-FedAvg Alg. 2). None: 0.05·c (``aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION``
+  # times each run's expected clients per round). The ledger charges σ, the
+  # total multiplier; the value noise z_Δ is derived from σ and σ_b so the
+  # pair composes to σ, so any σ_b > σ/2 is accounted.
+  clipped_count_stddev: Optional[float] = None
+  # C at round 0 of adaptive clipping. None: ``aggregators.DEFAULT_INITIAL_CLIP``
+  # (0.1, Andrew et al.'s standard setup, from which C grows by at most
+  # e^{η_C/2} ≈ 1.105 per round). Public (not charged): it is fixed before training.
+  initial_clip: Optional[float] = None
+  # Output head of the model: "softmax" or "sigmoid" (binary; ``tff_idp.models``).
+  head: str = "softmax"
+  # Discard existing checkpoints and metrics of every run directory first.
+  restart: bool = False
+  # Client-level empirical privacy audit (``tff_idp.audit``): canary clients
+  # per DP run and seed (0 = off), and the seed of the canaries (directions,
+  # groups, inserted half, their sampling): the auditor's randomness.
+  audit_canaries: int = 0
+  audit_seed: int = 0
+  # Where the clients train (``build_idp_fedavg_process(client_execution=)``):
+  # "in_process" (this process, ``parallel_clients`` at once; the aggregator
+  # and server update run in TFF) or "tff" (TFF client computations). "auto":
+  # tff when auditing (canary clients are TFF client work) or for a model
+  # under ``IN_PROCESS_MIN_PARAMETERS``, else in_process.
+  client_execution: str = "auto"
+  parallel_clients: Optional[int] = None
+
+
+def build_optimizer(name: str, lr: float) -> tff.learning.optimizers.Optimizer:
+  if name == "sgd":
+    return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+  if name == "adam":
+    return tff.learning.optimizers.build_adam(learning_rate=lr)
+  raise ValueError(f"optimizer {name!r} must be sgd or adam.")
+
+
+# Larger than any paper client (SVHN's hold 833-834 examples), so every
+# client's data is fully shuffled each epoch.
+CLIENT_SHUFFLE_BUFFER = 1024
+
+
+def client_input_fn(train_data: tff.simulation.datasets.ClientData,
+                    config: TrainingConfig, seed: int,
+                    clip_scales: Optional[dict] = None) -> Callable[[str, int], Any]:
+  """Local data for one client in one round: shuffled (seeded), epochs, batches."""
+
+  def make(client_id: str, round_num: int):
+    shuffle_seed = zlib.crc32(f"{seed}/{round_num}/{client_id}".encode())
+    ds = (train_data.create_tf_dataset_for_client(client_id)
+          .shuffle(CLIENT_SHUFFLE_BUFFER, seed=shuffle_seed, reshuffle_each_iteration=True)
+          .repeat(config.local_epochs).batch(config.batch_size))
+    if clip_scales is not None:
+      return scaled_client_data(ds, clip_scales[client_id])
+    return ds
+
+  return make
+
+
+keras_evaluator = evaluation.keras_evaluator  # the library's evaluator, under its old name
+
+
+def validate(config: TrainingConfig, num_clients: int) -> None:
+  """Checks every run spec and calibration before any training starts.
+
+  Raises ValueError with a message saying what to change, so a bad flag fails
+  in seconds rather than after the first runs have trained.
+  """
+  if config.client_execution not in ("auto",) + in_process.CLIENT_EXECUTIONS:
+    raise ValueError(f"client_execution={config.client_execution!r} must be auto, "
+                     f"{' or '.join(in_process.CLIENT_EXECUTIONS)}.")
+  if config.client_execution == "in_process" and config.audit_canaries:
+    raise ValueError("the audit's canary clients run as TFF client work: use "
+                     "client_execution='tff' (or 'auto') with audit_canaries.")
+  if config.parallel_clients is not None:
+    in_process.check_parallel_clients(config.parallel_clients)
+  if not config.runs:
+    raise ValueError("--runs is empty; give at least one run spec.")
+  if not config.seeds:
+    raise ValueError("--seeds is empty; give at least one seed.")
+  for key in ("clipped_count_stddev", "initial_clip"):
+    value = getattr(config, key)
+    if value is not None and not (math.isfinite(value) and value > 0):
+      raise ValueError(f"--{key}={value} must be a finite number > 0 (or unset for "
+                       "the default).")
+  for text in config.runs:
+    try:
+      spec = privacy_plan.parse_run_spec(text, config.ratios, len(config.budgets))
+    except ValueError as e:
+      raise ValueError(f"--runs: {e}") from None
+    plan = privacy_plan.make_privacy_plan(
+        spec, config.budgets, num_clients, config.clients_per_round, config.rounds,
+        config.delta, config.accountant, config.seeds[0], config.allow_overrun,
+        config.max_rate)
+    # Adaptive clipping needs σ < 2σ_b (raises with advice otherwise).
+    noise_split(config, plan, spec.name)
+    if config.audit_canaries and plan.noise_multiplier is not None:
+      client_canaries.make_canary_plan(config.audit_canaries, plan.group_rates,
+                                       plan.group_sizes)  # raises with advice
+  if config.audit_canaries < 0:
+    raise ValueError(f"--audit_canaries={config.audit_canaries} must be >= 0 (0 = off).")
+
+
+# ``auto`` trains clients in process from this many trainable parameters up.
+# Measured (issue 14, 2 cores): the paper's CNN (28,298 parameters) trains a
+# round 1.3-1.6x faster in process; the main job's logistic regression
+# (610 parameters, ~30 steps per client) was ~25% slower in process (0.24 vs
+# 0.19 s per round), where per-step op dispatch, not arithmetic, dominates and
+# TFF's worker runs all the cohort's small client computations at once.
+IN_PROCESS_MIN_PARAMETERS = 10_000
+
+
+def resolved_client_execution(config: TrainingConfig,
+                              num_parameters: Optional[int] = None) -> str:
+  """``config.client_execution`` with ``auto`` resolved (see ``TrainingConfig``)."""
+  if config.client_execution != "auto":
+    return config.client_execution
+  if config.audit_canaries > 0:
+    return "tff"
+  if num_parameters is not None and num_parameters < IN_PROCESS_MIN_PARAMETERS:
+    return "tff"
+  return "in_process"
+
+
+def _clip_kwargs(config: TrainingConfig) -> dict:
+  """Adaptive-clipping settings of ``config`` for the aggregator (unset: its defaults)."""
+  return {} if config.initial_clip is None else {"initial_clip": float(config.initial_clip)}
+
+
+def clipped_count_stddev(config: TrainingConfig, plan: privacy_plan.PrivacyPlan) -> float:
+  """σ_b of one run: ``config.clipped_count_stddev``, or 0.05·c when None.
+
+  c is the run's expected clients per round (``plan.expected_clients_per_round``),
+  the normaliser of the adaptive clip's count (Andrew et al. 2021 use σ_b = c/20).
+  """
+  if config.clipped_count_stddev is not None:
+    return float(config.clipped_count_stddev)
+  return aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION * plan.expected_clients_per_round
+
+
+def noise_split(config: TrainingConfig, plan: privacy_plan.PrivacyPlan,
+                run_name: str = "") -> tuple[Optional[float], Optional[float]]:
+  """(σ_b, z_Δ) of one run; (None, None) for a non-private run.
+
+  σ = ``plan.noise_multiplier`` is the overall multiplier the ledger charges
+  (Alg. 1's σ_SAMPLE, or SCALE's shared σ). Adaptive clipping spends part of
+  it on the clip's count bit (noise σ_b), so the clipped-update sum gets the
+  value multiplier z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2) >= σ (Andrew et al. Thm. 1,
+  ``aggregators.value_noise_multiplier``). Raises ValueError (naming the run
+  and the flag) when σ >= 2σ_b.
+  """
+  if plan.noise_multiplier is None:
+    return None, None
+  sigma_b = clipped_count_stddev(config, plan)
+  if not (sigma_b > 0 and math.isfinite(sigma_b)):
+    raise ValueError(f"--clipped_count_stddev={sigma_b} must be a finite number > 0.")
+  try:
+    z_value = aggregators.value_noise_multiplier(plan.noise_multiplier, sigma_b)
+  except ValueError:
+    default = ("" if config.clipped_count_stddev is not None else
+               f" (the default 0.05·c = {sigma_b:.4g})")
+    raise ValueError(
+        f"run {run_name or plan.spec.name}: adaptive clipping needs σ < 2·σ_b, i.e. "
+        f"--clipped_count_stddev > σ/2 = {plan.noise_multiplier / 2:.4g} for "
+        f"σ={plan.noise_multiplier:.4g}, got σ_b={sigma_b:.4g}{default}; raise "
+        "--clipped_count_stddev or --clients_per_round.") from None
+  return sigma_b, z_value
+
+
+def _group_clip_scales(plan: privacy_plan.PrivacyPlan) -> Optional[list[float]]:
+  """SCALE's clip scale s_p per group (None without SCALE)."""
+  if plan.client_clip_scales is None:
+    return None
+  scales = []
+  for p in range(len(plan.group_sizes)):
+    members = plan.client_clip_scales[plan.client_groups == p]
+    scales.append(float(members[0]) if members.size else 1.0)
+  return scales
+
+
+def _audit_seed(config: TrainingConfig, run_name: str, seed: int) -> int:
+  """The canaries' seed of one (run spec, seed): independent canaries per run."""
+  return zlib.crc32(f"audit/{config.audit_seed}/{run_name}/{seed}".encode())
+
+
+def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
+            test_x: np.ndarray, test_y: np.ndarray,
+            aggregator_kwargs: Optional[dict] = None,
+            eval_batch_size: Optional[int] = None,
+            miscalibration: Optional[controls.Miscalibration] = None) -> list[dict]:
+  """Runs every (run spec, seed); returns one summary row per run spec.
+
+  Each row holds the plan summary (σ, σ_b, z_Δ, rates), the per-seed final
+  accuracies in ``config.seeds`` order, their mean and sd, and ``paired``:
+  the paired comparison with its reference row (``reference_runs``), or None.
+
+  With ``config.audit_canaries`` > 0, every DP run also carries that many
+  canary clients (:mod:`tff_idp.audit.client_canaries`); each run directory
+  gets ``audit.json`` (the canaries' cosines) and the row gets ``audit``: per
+  group, the ledger's ε and the empirical ε with its CI, pooled over seeds
+  (:func:`tff_idp.audit.report.audit_groups`). Non-private runs have no DP
+  aggregator to audit (``audit`` is None).
+
+  ``miscalibration`` (:mod:`tff_idp.audit.controls`) deliberately breaks the
+  noise or a group's sampling while the ledger keeps the calibrated ε: only
+  for the audit's validity controls; its rows carry ``broken_control``.
+  """
+  for key in ("clipped_count_stddev", "initial_clip"):
+    if aggregator_kwargs and key in aggregator_kwargs:
+      raise ValueError(f"set TrainingConfig.{key} (--{key}), not aggregator_kwargs[{key!r}].")
+  client_ids = list(train_data.client_ids)
+  specs = [privacy_plan.parse_run_spec(r, config.ratios, len(config.budgets))
+           for r in config.runs]
+  evaluate = keras_evaluator(keras_builder, test_x, test_y, eval_batch_size,
+                             head=config.head)
+  results = []
+  for spec in specs:
+    finals, histories, plan_summary = [], [], None
+    process = None
+    audit_runs: list[tuple[np.ndarray, client_canaries.CanaryPlan]] = []
+    audit_bounds: Optional[list] = None
+    for seed in config.seeds:
+      plan = privacy_plan.make_privacy_plan(
+          spec, config.budgets, len(client_ids), config.clients_per_round,
+          config.rounds, config.delta, config.accountant, seed,
+          config.allow_overrun, config.max_rate)
+      sigma_b, z_value = noise_split(config, plan)
+      plan_summary = dict(plan.summary(), clipped_count_stddev=sigma_b,
+                          value_noise_multiplier=z_value)
+      audit = config.audit_canaries > 0 and plan.noise_multiplier is not None
+      noise_added = plan.noise_multiplier
+      client_rates = plan.client_rates
+      if miscalibration is not None:
+        if plan.noise_multiplier is None:
+          raise ValueError("a broken control needs a DP run spec, not nonprivate.")
+        noise_added = plan.noise_multiplier * miscalibration.noise_scale
+        client_rates = miscalibration.client_rates(plan.client_rates, plan.client_groups)
+        plan_summary["broken_control"] = dict(miscalibration.to_dict(),
+                                              label=controls.BROKEN_LABEL)
+      if process is None:
+        process = build_idp_fedavg_process(
+            model_fn,
+            client_optimizer=build_optimizer(config.client_optimizer,
+                                             config.client_learning_rate),
+            server_optimizer=build_optimizer("sgd", config.server_learning_rate),
+            noise_multiplier=noise_added,
+            expected_clients_per_round=plan.expected_clients_per_round,
+            per_client_clip_scale=plan.client_clip_scales is not None,
+            aggregator_kwargs=dict(aggregator_kwargs or {}, **plan.aggregator_kwargs(),
+                                   **_clip_kwargs(config), clipped_count_stddev=sigma_b)
+            if plan.noise_multiplier is not None else None,
+            canary_client_work=client_canaries.build_canary_client_work if audit else None,
+            client_execution=resolved_client_execution(
+                config, keras_builder().count_params() if keras_builder else None),
+            parallel_clients=config.parallel_clients)
+      scales = (dict(zip(client_ids, plan.client_clip_scales.tolist()))
+                if plan.client_clip_scales is not None else None)
+      run_dir = os.path.join(config.output_dir, spec.name, f"seed{seed}")
+      randomness = PrivacyRandomness.for_run(seed, f"idp_fedavg/{spec.name}",
+                                             config.insecure_reproducible_noise)
+      driver = RoundDriver(
+          process=_ProcessWithSecretNoise(process, randomness,
+                                          plan.noise_multiplier is not None),
+          sampler=PoissonClientSampler(client_ids, client_rates,
+                                       randomness.sampling_seed()),
+          client_input_fn=client_input_fn(train_data, config, seed, scales),
+          output_dir=run_dir, ledger=plan.ledger,
+          group_names=[f"eps{b:g}" for b in config.budgets],
+          evaluate_fn=evaluate, eval_every=config.eval_every,
+          checkpoint_every=config.checkpoint_every,
+          run_fingerprint=_fingerprint_config(config, plan, plan_summary, seed, train_data,
+                                              keras_builder, aggregator_kwargs,
+                                              miscalibration),
+          progress=config.progress, privacy_randomness=randomness,
+          release_only=config.release_only, restart=config.restart)
+      empty = (train_data.create_tf_dataset_for_client(client_ids[0]).take(0)
+               .batch(config.batch_size))
+      driver.padding_input_fn = (
+          (lambda e=empty: scaled_client_data(e, 1.0)) if scales is not None
+          else (lambda e=empty: e))
+      canary_plan = None
+      if audit:
+        canary_plan = client_canaries.make_canary_plan(
+            config.audit_canaries, plan.group_rates, plan.group_sizes,
+            _group_clip_scales(plan), _audit_seed(config, spec.name, seed))
+        factors = (miscalibration.group_factors(len(plan.group_rates))
+                   if miscalibration is not None and miscalibration.rate_factors else None)
+        driver.sampler = client_canaries.CanarySampler(driver.sampler, canary_plan, factors)
+        driver.client_input_fn = client_canaries.with_canary_inputs(
+            driver.client_input_fn, canary_plan, driver.padding_input_fn)
+        driver.padding_input_fn = client_canaries.with_canary_padding(driver.padding_input_fn)
+      final_state, _ = driver.run(config.rounds)
+      if canary_plan is not None:
+        cosines = client_canaries.canary_cosines_of_run(process, final_state, canary_plan)
+        audit_runs.append((cosines, canary_plan))
+        audit_bounds = list(plan.ledger.spent())
+        _write_run_audit(run_dir, canary_plan, cosines)
+      history = read_metrics(os.path.join(run_dir, "metrics.csv"))
+      histories.append(history)
+      finals.append(history[-1]["eval_accuracy"])
+      eps_spent = plan.ledger.spent() if plan.ledger is not None else None
+    if isinstance(process, in_process.InProcessLearningProcess):
+      process.close()
+    results.append(dict(plan_summary, seeds=list(config.seeds), final_accuracies=finals,
+                        mean_accuracy=float(np.mean(finals)),
+                        std_accuracy=float(np.std(finals, ddof=1)) if len(finals) > 1
+                        else 0.0,
+                        epsilon_spent=list(eps_spent) if eps_spent else None,
+                        history=[[r["round"], r["eval_accuracy"]] for r in histories[0]
+                                 if r["eval_accuracy"] is not None],
+                        history_by_seed=[[[r["round"], r["eval_accuracy"]] for r in h
+                                          if r["eval_accuracy"] is not None]
+                                         for h in histories],
+                        audit=_pooled_audit(config, audit_runs, audit_bounds)))
+  add_paired_comparisons(results)
+  write_summary(config, results)
+  return results
+
+
+def _write_run_audit(run_dir: str, plan: client_canaries.CanaryPlan,
+                     cosines: np.ndarray) -> None:
+  """``audit.json`` of one run: every canary's group, inserted flag and cosine."""
+  with open(os.path.join(run_dir, "audit.json"), "w") as f:
+    json.dump({"audit_seed": plan.audit_seed, "groups": plan.groups.tolist(),
+               "inserted": plan.inserted.tolist(), "rates": plan.rates.tolist(),
+               "cosines": cosines.tolist()}, f)
+
+
+def _pooled_audit(config: TrainingConfig, audit_runs: list, bounds: Optional[list]
+                  ) -> Optional[list[dict]]:
+  """Per-group estimates from the canaries of all seeds of one run spec (or None)."""
+  if not audit_runs:
+    return None
+  return audit_report.audit_groups(
+      [c for c, _ in audit_runs], [p.groups for _, p in audit_runs],
+      [p.inserted for _, p in audit_runs], bounds,
+      [f"eps{b:g}" for b in config.budgets], config.delta, seed=config.audit_seed)
+
+
+def reference_runs(names: Sequence[str]) -> dict[str, Optional[str]]:
+  """The row each run is compared with (paired over seeds) in the table.
+
+  The paper's ordering (IDP-FedAvg Table I) is read down the ``--runs``
+  list: each run is compared with the nearest earlier non-SCALE run
+  (nonprivate − 0-0-100, 0-0-100 − 34-43-23, ...). A SCALE run
+  ``scale-X`` is compared with the SAMPLE run ``X`` when present (Sec. VI:
+  individual sampling beats noise scaling), else like any other run. The
+  first run has no reference (None).
+  """
+  refs: dict[str, Optional[str]] = {}
+  previous: Optional[str] = None
+  for name in names:
+    is_scale = name.startswith("scale-")
+    twin = name[len("scale-"):] if is_scale else None
+    refs[name] = twin if twin in names else previous
+    if not is_scale:
+      previous = name
+  return refs
+
+
+def add_paired_comparisons(results: list[dict]) -> None:
+  """Adds ``paired`` (a dict, or None) to every row: reference − this run.
+
+  A paired t-test over the seeds (``tff_idp.engine.paired_stats``): pairs
+  share the seed, i.e. model init and data order; noise and sampling are
+  fresh per run. H1: the reference is more accurate.
+  """
+  by_name = {r["run"]: r for r in results}
+  refs = reference_runs([r["run"] for r in results])
+  for r in results:
+    ref = refs[r["run"]]
+    if ref is None:
+      r["paired"] = None
+      continue
+    a = by_name[ref]
+    r["paired"] = paired_stats.paired_comparison(
+        a["final_accuracies"], r["final_accuracies"], a=ref, b=r["run"]).to_dict()
+
+
+def _fingerprint_config(config: TrainingConfig, plan: Optional[privacy_plan.PrivacyPlan] = None,
+                        plan_summary: Optional[dict] = None, seed: int = 0,
+                        train_data: Any = None, keras_builder: Optional[Callable] = None,
+                        aggregator_kwargs: Optional[dict] = None,
+                        miscalibration: Optional[controls.Miscalibration] = None) -> dict:
+  """One run's resume fingerprint (:mod:`tff_idp.engine.fingerprint`).
+
+  Calibration: the plan (σ, σ_b, rates, clip scales, per-client rates and
+  groups) and the config's budgets, ratios, rounds, cohort, δ, accountant,
+  overrun, rate cap and clipping settings; training: every other config field
+  (learning rates, optimizers, local epochs, batch size, and any field added
+  later: unknown fields refuse a resume rather than pass silently); the data
+  (client ids and element structure), the model (layers), this run's seed and
+  the insecure-noise mode. Not: output_dir, runs, seeds (the list),
+  eval_every, checkpoint_every, progress, release_only.
+  """
+  from tff_idp.engine import fingerprint  # pylint: disable=g-import-not-at-top
+  not_fingerprinted = ("runs", "seeds", "output_dir", "eval_every", "checkpoint_every",
+                       "progress", "release_only", "insecure_reproducible_noise",
+                       "restart")
+  calibration_fields = ("budgets", "ratios", "rounds", "clients_per_round", "delta",
+                        "accountant", "allow_overrun", "max_rate", "clipped_count_stddev",
+                        "initial_clip")
+  fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in not_fingerprinted}
+  if not fields.get("audit_canaries"):
+    # No audit: the fingerprint of runs made before the audit existed.
+    fields.pop("audit_canaries", None)
+    fields.pop("audit_seed", None)
+  calibration = {k: fields.pop(k) for k in calibration_fields if k in fields}
+  calibration["plan"] = plan_summary
+  if plan is not None:
+    calibration["client_rates"] = fingerprint.array_digest(plan.client_rates)
+    calibration["client_groups"] = (None if plan.client_groups is None
+                                    else fingerprint.array_digest(plan.client_groups))
+    calibration["aggregator"] = dict(aggregator_kwargs or {}, **plan.aggregator_kwargs())
+  if miscalibration is not None:
+    calibration["broken_control"] = miscalibration.to_dict()
+  return fingerprint.run_fingerprint(
+      calibration=calibration, training=dict(fields, server_optimizer="sgd"),
+      data=(fingerprint.client_data_identity(train_data) if train_data is not None else None),
+      model=(fingerprint.keras_model_identity(keras_builder())
+             if keras_builder is not None else None),
+      run_seed=seed, insecure_reproducible_noise=config.insecure_reproducible_noise)
+
+
+class _ProcessWithSecretNoise:
+  """Seeds the aggregator's noise from the run's privacy randomness at initialize.
+
+  The process is built once per run spec and shared by its seeds; each run
+  gets its own secret noise seed here (restored from the checkpoint when a
+  run resumes, since the whole state is).
+  """
+
+  def __init__(self, process, randomness: PrivacyRandomness, private: bool):
+    self._process, self._randomness, self._private = process, randomness, private
+
+  def initialize(self):
+    state = self._process.initialize()
+    if self._private:
+      state.aggregator["noise_seed"] = np.int64(self._randomness.aggregator_noise_seed())
+    return state
+
+  def __getattr__(self, name):
+    return getattr(self._process, name)
+
+
+def format_table(config: TrainingConfig, results: list[dict]) -> str:
+  """The results as a markdown table, with a paired comparison per row.
+
+  Columns: σ (the overall noise multiplier the ledger charges), z_Δ (the
+  multiplier actually added to the clipped-update sum once adaptive clipping
+  has taken its share, see ``noise_split``), the per-group sampling rates q
+  (Alg. 1), accuracy mean ± sd over the seeds, and ``paired Δ``: reference −
+  this run in accuracy points with its 95% t-interval and one-sided p
+  (``add_paired_comparisons``). A footnote names the test and n.
+  """
+  if any("paired" not in r for r in results):
+    results = [dict(r) for r in results]
+    add_paired_comparisons(results)
+  n = len(config.seeds)
+  budgets = "-".join(f"{b:g}" for b in config.budgets)
+  head = (f"| distribution (ε {budgets}) | σ | z_Δ | q per group | E[clients/round] | "
+          f"accuracy % (mean ± sd, {n} seed(s)) | paired Δ = ref − this "
+          f"(points, 95% CI, one-sided p) | separated |")
+  lines = [head, "|---|---|---|---|---|---|---|---|"]
+  for r in results:
+    sigma = "—" if r["noise_multiplier"] is None else f"{r['noise_multiplier']:.4f}"
+    z_value = r.get("value_noise_multiplier")
+    z_text = "—" if z_value is None else f"{z_value:.4f}"
+    qs = ", ".join(f"{q:.5f}" if size else "·" for q, size in
+                   zip(r["group_rates"], r["group_sizes"]))
+    pair = r.get("paired")
+    if pair is None:
+      pair_text, separated = "—", "—"
+    else:
+      pair_text = (f"vs {pair['a']}: "
+                   + paired_stats.PairedComparison.from_dict(pair).format())
+      separated = "—" if pair["n"] < 2 else ("yes" if pair["separated"] else "no")
+    lines.append(f"| {r['run']} | {sigma} | {z_text} | {qs} | "
+                 f"{r['expected_clients_per_round']:.2f} | "
+                 f"{100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} | "
+                 f"{pair_text} | {separated} |")
+  sigma_b = ("0.05·c" if config.clipped_count_stddev is None
+             else f"{config.clipped_count_stddev:g}")
+  chain = [r["paired"] for r in results
+           if r.get("paired") and not r["run"].startswith("scale-")]
+  lines += [
+      "",
+      f"ordering down the table: {sum(p['separated'] for p in chain)} of {len(chain)} "
+      "neighbouring pairs separated.",
+      f"paired Δ: {paired_stats.TEST_NAME} of the final accuracies, n={n} seed(s), "
+      f"df={max(n - 1, 0)}; pairs share the seed (model init, data order); noise and "
+      "sampling are fresh per run. p is one-sided (H1: ref more accurate); "
+      "separated = the 95% CI lies above 0. "
+      f"z_Δ: value noise multiplier for σ_b={sigma_b} (--clipped_count_stddev)."]
+  if any(r.get("audit") for r in results):
+    lines += ["", "**Empirical privacy audit** (canary clients, "
+              f"--audit_canaries={config.audit_canaries} per run and seed, pooled over "
+              f"{n} seed(s)):", "", audit_report.format_audit_table(results)]
+  broken = [r["run"] for r in results if r.get("broken_control")]
+  if broken:
+    lines = [f"**{controls.BROKEN_LABEL}**: {', '.join(broken)}", ""] + lines
+  if config.insecure_reproducible_noise:
+    lines = [f"**{NOT_PRIVATE_LABEL}** (--insecure_reproducible_noise)", ""] + lines
+  return "\n".join(lines)
+
+
+def mean_band(histories: Sequence[Sequence[Sequence[float]]], confidence: float = 0.95
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(rounds, mean, half-width) over seeds at the rounds every seed evaluated.
+
+  The half-width is the t-interval's, t_{(1+c)/2, n−1}·sd/√n (sd with ddof = 1);
+  0 for one seed.
+  """
+  common = sorted(set.intersection(*[{int(r) for r, _ in h} for h in histories]))
+  if not common:
+    return np.zeros(0), np.zeros(0), np.zeros(0)
+  table = np.asarray([[dict((int(r), a) for r, a in h)[k] for k in common]
+                      for h in histories], float)
+  n = table.shape[0]
+  mean = table.mean(axis=0)
+  if n < 2:
+    return np.asarray(common), mean, np.zeros_like(mean)
+  half = (stats.t.ppf((1 + confidence) / 2, n - 1) * table.std(axis=0, ddof=1)
+          / math.sqrt(n))
+  return np.asarray(common), mean, half
+
+
+def plot_accuracy(results: list[dict], path: str, warning: Optional[str] = None) -> None:
+  """The table at a glance: accuracy per round (mean over seeds, 95% t-band) and the
+  paired comparisons of the final accuracies (Δ = reference − run, 95% CI)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top,unused-import
+  fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6),
+                                    gridspec_kw={"width_ratios": [1.5, 1]})
+  n = max((len(r.get("history_by_seed") or [r["history"]]) for r in results), default=0)
+  for r in results:
+    rounds, mean, half = mean_band(r.get("history_by_seed") or [r["history"]])
+    if rounds.size:
+      line, = left.plot(rounds, 100 * mean, marker=".", label=r["run"])
+      left.fill_between(rounds, 100 * (mean - half), 100 * (mean + half),
+                        color=line.get_color(), alpha=0.18, lw=0)
+  left.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+  left.set_xlabel("round")
+  left.set_ylabel(f"test accuracy % (mean of {n} seed(s), 95% band)")
+  left.set_title("accuracy per round" + (f"\n{warning}" if warning else ""),
+                 color="red" if warning else "black")
+  left.grid(alpha=0.3)
+  left.legend(fontsize=8)
+  pairs = [(r["run"], r["paired"]) for r in results if r.get("paired")]
+  for i, (run, pair) in enumerate(pairs):
+    mean = 100 * pair["mean"]
+    if pair.get("ci_low") is None:
+      right.plot([mean], [i], "o", color="gray")
+    else:
+      lo, hi = 100 * pair["ci_low"], 100 * pair["ci_high"]
+      right.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", capsize=4,
+                     color="tab:green" if pair.get("separated") else "tab:red")
+  right.axvline(0, color="black", lw=0.8)
+  right.set_yticks(range(len(pairs)))
+  right.set_yticklabels([f"{p['a']} − {run}" for run, p in pairs], fontsize=8)
+  right.invert_yaxis()
+  right.set_xlabel("final accuracy Δ (points), paired over seeds, 95% CI")
+  right.set_title("green: separated (CI above 0)")
+  right.grid(alpha=0.3, axis="x")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_summary(config: TrainingConfig, results: list[dict]) -> None:
+  os.makedirs(config.output_dir, exist_ok=True)
+  warning = NOT_PRIVATE_LABEL if config.insecure_reproducible_noise else None
+  with open(os.path.join(config.output_dir, "summary.json"), "w") as f:
+    json.dump(dict({"privacy_warning": warning} if warning else {},
+                   config=dataclasses.asdict(config), results=results), f, indent=1,
+              default=lambda x: None if isinstance(x, float) and math.isinf(x) else str(x))
+  table = format_table(config, results)
+  with open(os.path.join(config.output_dir, "summary.md"), "w") as f:
+    f.write(table + "\n")
+  try:
+    plot_accuracy(results, os.path.join(config.output_dir, "accuracy.png"), warning)
+    if any(r.get("audit") for r in results):
+      audit_report.plot_audit(results, os.path.join(config.output_dir, "audit.png"))
+  except ImportError:
+    logging.warning("matplotlib missing: no accuracy.png")

@@ -1,0 +1,215 @@
+"""rPDP-FL's client work as TFF computations (a ``ClientWorkProcess``) and a FedAvg process.
+
+Record-level DP needs no server noise: each sampled client runs
+:func:`tff_idp.rpdp.dp_sgd.build_local_dp_sgd` and the server takes a
+plain average of the noisy model deltas (Lemma 5: averaging is
+post-processing). Client-level Poisson sampling at rate λ happens outside,
+in the round driver's sampler.
+
+Client data is a ``tf.data.Dataset`` of record batches with the model's
+features and labels plus two fields (see :func:`record_dataset`):
+
+* ``q``: float32 [B], each record's current sampling rate (0 = excluded);
+* ``seed``: int64 [B, 2], the client's seed for this round, repeated on every
+  record so that the element stays a plain batch (TFF client data must be a
+  sequence). It drives the client's record sampling and DP-SGD noise, so it
+  is the client's secret: it lives in client-placed data that no server
+  computation reads. In a simulation the driver derives it with the client's
+  key from the run's secret (``tff_idp.engine.privacy_randomness``), which makes a
+  run resumable from its checkpoint without making the noise predictable.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp.rpdp import dp_sgd
+
+ModelFn = Callable[[], tff.learning.models.VariableModel]
+RATE_KEY = "q"
+SEED_KEY = "seed"
+CANARY_KEY = "canary"
+STAT_KEYS = ("loss_sum", "sampled", "clipped", "expected_batch", "steps")
+
+
+def record_element_spec(input_spec, with_canaries: bool = False) -> collections.OrderedDict:
+  """The model's (x, y) batch spec plus per-record ``q`` and ``seed`` (and ``canary``)."""
+  x_spec, y_spec = (input_spec["x"], input_spec["y"]) if isinstance(input_spec, dict) \
+      else input_spec
+  spec = collections.OrderedDict(
+      x=x_spec, y=y_spec,
+      q=tf.TensorSpec([None], tf.float32),
+      seed=tf.TensorSpec([None, 2], tf.int64))
+  if with_canaries:
+    spec[CANARY_KEY] = tf.TensorSpec([None], tf.int32)
+  return spec
+
+
+def record_dataset(x: np.ndarray, y: np.ndarray, q: np.ndarray, seed: tuple[int, int],
+                   batch_size: int = 512,
+                   canary_index: Optional[np.ndarray] = None) -> tf.data.Dataset:
+  """One client's records with their rates and the round's seed, batched.
+
+  ``canary_index`` (int32 [N], −1 = real record) adds the ``canary`` field of
+  an audit process (module doc); without it the dataset is the plain one.
+  """
+  n = len(y)
+  if not len(x) == len(q) == n:
+    raise ValueError(f"x, y and q must have one row per record (got {len(x)}, {n}, {len(q)}).")
+  seeds = np.broadcast_to(np.asarray(seed, dtype=np.int64), (n, 2))
+  fields = collections.OrderedDict(x=x, y=y, q=np.asarray(q, np.float32), seed=seeds)
+  if canary_index is not None:
+    if len(canary_index) != n:
+      raise ValueError(f"canary_index must have one entry per record (got "
+                       f"{len(canary_index)} for {n}).")
+    fields[CANARY_KEY] = np.asarray(canary_index, np.int32)
+  return tf.data.Dataset.from_tensor_slices(fields).batch(batch_size)
+
+
+def collect_records(dataset: tf.data.Dataset):
+  """Concatenates every batch of a client's dataset into whole tensors.
+
+  Returns (x, y, q, seed), plus the ``canary`` indices last when the dataset
+  has that field.
+  """
+  spec = dataset.element_spec
+  keys = ("x", "y", "q", "seed") + ((CANARY_KEY,) if CANARY_KEY in spec else ())
+
+  def empty(s):
+    return tf.zeros([0] + s.shape.as_list()[1:], s.dtype)
+
+  initial = tuple(empty(spec[k]) for k in keys)
+
+  def concat(state, batch):
+    return tuple(tf.concat([s, batch[k]], axis=0) for s, k in zip(state, keys))
+
+  x, y, q, seeds, *rest = dataset.reduce(initial, concat)
+  seed = tf.cond(tf.shape(seeds)[0] > 0, lambda: seeds[0],
+                 lambda: tf.zeros([2], tf.int64))
+  return (x, y, q, seed, *rest)
+
+
+def build_record_dp_client_work(
+    model_fn: ModelFn, optimizer: tff.learning.optimizers.Optimizer, *,
+    local_steps: int, noise_multiplier: float, clip_norm: float,
+    loss_fn: dp_sgd.LossFn = dp_sgd.sparse_categorical_crossentropy,
+    example_weight_fn: Optional[dp_sgd.ExampleWeightFn] = None,
+    record_replacement: Optional[dp_sgd.RecordReplacement] = None,
+) -> tff.learning.templates.ClientWorkProcess:
+  """rPDP-FL client work (Alg. 3 lines 9-17) as a ``tff.learning.templates.ClientWorkProcess``.
+
+  Args:
+    model_fn: builds a ``tff.learning.models.VariableModel`` whose
+      ``predict_on_batch`` gives what ``loss_fn`` expects (logits by default).
+    optimizer: the client's TFF optimizer (e.g. ``build_sgdm(learning_rate=η)``).
+    local_steps: τ.
+    noise_multiplier: σ (0 with ``clip_norm=inf`` is non-private local SGD).
+    clip_norm: L.
+    loss_fn: per-example loss ``(labels, predictions) -> [B]``.
+    example_weight_fn: optional ``(losses, thresholds) -> weights in [0, 1]``
+      applied to the clipped gradients of the sampled records, e.g.
+      ``importance.ino_example_weight_fn(gamma)`` for INO-SGD (weights
+      outside [0, 1] fail loudly).
+    record_replacement: the replaced-record hook of
+      :func:`tff_idp.rpdp.dp_sgd.build_local_dp_sgd` (an audit's gradient
+      canaries plug in here, :mod:`tff_idp.audit.record_canaries`); the
+      client data then has the ``canary`` field (module doc).
+
+  The update weight is 1 for a client that took steps and 0 for one that had
+  no records or only excluded ones, so padding clients never move the mean.
+  Measurements are ``train/{loss, sampled_records, clipped_fraction,
+  mean_expected_batch, participating_clients}``.
+  """
+  with tf.Graph().as_default():
+    model = model_fn()
+    weights_type = tff.learning.models.weights_type_from_model(model)
+    element_spec = record_element_spec(model.input_spec,
+                                       with_canaries=record_replacement is not None)
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
+
+  @tff.tensorflow.computation(weights_type, data_type)
+  def client_update(initial_weights, dataset):
+    local_model = model_fn()
+    update_fn = dp_sgd.build_local_dp_sgd(
+        local_model, optimizer, local_steps, noise_multiplier, clip_norm, loss_fn,
+        example_weight_fn, record_replacement=record_replacement)
+    if record_replacement is None:
+      x, y, q, seed = collect_records(dataset)
+      delta, stats = update_fn(initial_weights, x, y, q, seed)
+    else:
+      x, y, q, seed, canary_index = collect_records(dataset)
+      delta, stats = update_fn(initial_weights, x, y, q, seed, canary_index=canary_index)
+    weight = tf.cast(stats["steps"] > 0, tf.float32)
+    stats = collections.OrderedDict((k, stats[k]) for k in STAT_KEYS)
+    stats["participating"] = weight
+    return tff.learning.templates.ClientResult(update=delta, update_weight=weight), stats
+
+  stats_type = client_update.type_signature.result[1]
+
+  @tff.tensorflow.computation(stats_type)
+  def finalize_stats(stats):
+    sampled = stats["sampled"]
+    return collections.OrderedDict(
+        loss=tf.math.divide_no_nan(stats["loss_sum"], sampled),
+        sampled_records=sampled,
+        clipped_fraction=tf.math.divide_no_nan(stats["clipped"], sampled),
+        mean_expected_batch=tf.math.divide_no_nan(stats["expected_batch"], stats["steps"]),
+        participating_clients=stats["participating"])
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value((), tff.SERVER)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(weights_type, tff.CLIENTS),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, weights, client_data):
+    result, stats = tff.federated_map(client_update, (weights, client_data))
+    summed = tff.federated_sum(stats)
+    measurements = tff.federated_zip(collections.OrderedDict(
+        train=tff.federated_map(finalize_stats, summed)))
+    return tff.templates.MeasuredProcessOutput(state, result, measurements)
+
+  return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
+
+
+def build_rpdp_fedavg_process(
+    model_fn: ModelFn, *, client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer, local_steps: int,
+    noise_multiplier: float, clip_norm: float,
+    loss_fn: dp_sgd.LossFn = dp_sgd.sparse_categorical_crossentropy,
+    example_weight_fn: Optional[dp_sgd.ExampleWeightFn] = None,
+    record_replacement: Optional[dp_sgd.RecordReplacement] = None,
+) -> tff.learning.templates.LearningProcess:
+  """rPDP-FL (Alg. 3) as a ``LearningProcess``: broadcast → record-level DP-SGD → mean → optimizer.
+
+  The mean is TFF's ``MeanFactory`` weighted by the client work's 0/1 update
+  weights (an empty cohort leaves the model unchanged). With a server SGD
+  learning rate of 1 the new global model is the average of the clients'
+  local models, as in Alg. 3 line 18.
+
+  ``record_replacement`` builds the audit variant (the hook that record-level
+  gradient canaries plug into, :func:`build_record_dp_client_work`).
+  """
+  client_work = build_record_dp_client_work(
+      model_fn, client_optimizer, local_steps=local_steps,
+      noise_multiplier=noise_multiplier, clip_norm=clip_norm, loss_fn=loss_fn,
+      example_weight_fn=example_weight_fn, record_replacement=record_replacement)
+  with tf.Graph().as_default():
+    weights_type = tff.learning.models.weights_type_from_model(model_fn)
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  aggregator = tff.aggregators.MeanFactory(no_nan_division=True).create(
+      weights_type.trainable, tff.TensorType(np.float32))
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      client_work, aggregator,
+      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type))

@@ -1,0 +1,391 @@
+"""Record-level runs end to end: every method × seed, then a Fig. 8-style table (rPDP-FL §7.2).
+
+:func:`run` calibrates each method (ours = SCF rates, Minimum, Dropout,
+PrivacyFree; :mod:`tff_idp.accounting.record.plan`), builds the rPDP-FL TFF
+process (Alg. 3, :func:`tff_idp.rpdp.client_work.build_rpdp_fedavg_process`),
+runs every seed through :func:`tff_idp.rpdp.record_level.run_record_level`
+(checkpoints, per-record ledger, secret randomness) and returns one summary
+row per method; :func:`format_table` and :func:`plot` present them.
+``experiments.rpdp`` is its command line and :func:`tff_idp.runners.run_rpdp`
+its one-call Python entry.
+
+With an ``audit`` plug-in (``RecordCanaryAudit(k)`` of
+:mod:`tff_idp.audit.record_canaries`: record-level gradient canaries,
+Andrew et al., ICLR 2024) every private method also gets an empirical
+privacy audit: one more run of its first seed with
+k canaries, whose per-level "ε bound" (the ledger's) and "ε empirical (95%
+CI)" go into the summary row (``audit``) and :func:`format_audit_table`,
+together with the final accuracy with and without canaries.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp import models
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.rpdp.client_work import build_rpdp_fedavg_process
+from tff_idp.engine import evaluation
+from tff_idp.engine import group_metrics
+from tff_idp.rpdp import record_level
+from tff_idp.engine.metrics import read_metrics
+
+# The defaults of an rPDP-FL run, shared by ``experiments.rpdp``'s flags and
+# ``tff_idp.runners.run_rpdp`` so that the CLI and the library run the same
+# experiment unless told otherwise (rPDP-FL §7.2's setting: T, τ, λ, σ, L, η, δ).
+DEFAULTS = dict(rounds=30, local_steps=10, client_rate=0.5, noise_multiplier=2.0,
+                clip_norm=1.0, learning_rate=1.0, delta=1e-4, threat_model="type2",
+                privacy_free_batch=64.0, eval_every=5, checkpoint_every=5)
+
+
+class AuditConfigError(ValueError):
+  """The requested canary audit cannot be set up (raised before any training)."""
+
+
+class RecordAuditPlugin(Protocol):
+  """What :func:`run` asks of an audit plug-in (the audit lives in ``tff_idp.audit``).
+
+  ``prepare`` validates the audit against every method's plan before any
+  training (ValueError with advice); ``audits(method)`` says whether a method
+  gets an audited run; ``run`` performs it and returns the row's entries.
+  """
+
+  def prepare(self, plans: Mapping[str, Any], records: Any) -> None: ...
+
+  def audits(self, method: str) -> bool: ...
+
+  def run(self, model_fn: Callable, records: Any, plan: Any, *, run_seed: int,
+          output_dir: str, accuracy_without: float, **audit_kwargs: Any) -> dict: ...
+
+
+@dataclasses.dataclass
+class Federation:
+  """A record-level federation with its test set and model (``head``: softmax or sigmoid)."""
+  records: record_level.RecordFederation
+  test_x: np.ndarray
+  test_y: np.ndarray
+  keras_builder: object
+  name: str
+  num_classes: int
+  head: str = "softmax"
+
+
+def group_summary(final_rows: list[dict], group_names: list[str]) -> dict:
+  """Per-group utility of the final evaluations (one metrics.csv row per seed).
+
+  Means over seeds of each group's accuracy and macro recall, of the worst
+  group's accuracy and of the imbalance (std of the per-group recalls,
+  INO-SGD D.4.3), with the worst group of every seed. Missing values (a
+  group without test examples) are NaN.
+  """
+  def values(column: str) -> np.ndarray:
+    return np.array([math.nan if r.get(column) is None else float(r[column])
+                     for r in final_rows])
+
+  accuracy = {g: values(f"eval_acc/{g}") for g in group_names}
+  worst = []
+  for i in range(len(final_rows)):
+    scored = [(accuracy[g][i], g) for g in group_names if not math.isnan(accuracy[g][i])]
+    worst.append(min(scored, key=lambda t: t[0])[1] if scored else None)
+  worst_acc = values("eval_worst_group_accuracy")
+  imbalance = values("eval_imbalance")
+  return {
+      "group_accuracy": {g: float(np.mean(a)) for g, a in accuracy.items()},
+      "group_recall": {g: float(np.mean(values(f"eval_recall/{g}"))) for g in group_names},
+      "worst_groups": worst, "final_worst_group_accuracies": worst_acc.tolist(),
+      "mean_worst_group_accuracy": float(np.mean(worst_acc)),
+      "final_imbalances": imbalance.tolist(), "mean_imbalance": float(np.mean(imbalance))}
+
+
+def format_table(results: list[dict], num_seeds: int) -> str:
+  """The Fig. 8-style table; with budgets by class, per-group utility columns too."""
+  by_group = all("group_accuracy" in r for r in results)
+  head = (f"| method | accuracy (mean ± sd, {num_seeds} seed(s)) | E[batch]/step | "
+          "records with q=0 | excluded at end | mean ε spent / mean budget | "
+          "max budget used vs effective ε | budget used vs own ε_ij (max / mean) | SCF R² | "
+          "lowered by exact check |")
+  rule = "|---|---|---|---|---|---|---|---|---|---|"
+  if by_group:
+    head += (" accuracy per group (mean) | worst group accuracy (mean) | "
+             "imbalance (sd of group recalls) |")
+    rule += "---|---|---|"
+  lines = [head, rule]
+  for r in results:
+    c = r["calibration"]
+    r2 = f"{c['r_squared']:.4f}" if "r_squared" in c else "—"
+    lowered = c.get("lowered_by_exact_check", "—")
+    spent = "—" if r["mean_epsilon_spent"] is None else \
+        f"{r['mean_epsilon_spent']:.3f} / {r['mean_budget']:.3f}"
+    excluded = "—" if r["excluded_at_end"] is None else r["excluded_at_end"]
+    vs_effective = "—" if r.get("max_budget_used_vs_effective") is None else \
+        f"{r['max_budget_used_vs_effective']:.3f}"
+    vs_own = "—" if r.get("max_budget_used_vs_own") is None else \
+        f"{r['max_budget_used_vs_own']:.3f} / {r['mean_budget_used_vs_own']:.3f}"
+    lines.append(
+        f"| {r['method']} | {100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} | "
+        f"{r['mean_expected_batch']:.1f} | {r['records_q0']} | {excluded} | "
+        f"{spent} | {vs_effective} | {vs_own} | {r2} | {lowered} |")
+    if by_group:
+      per_group = ", ".join(f"{g}: {100 * a:.2f}" for g, a in r["group_accuracy"].items())
+      worst = ", ".join(dict.fromkeys(g for g in r["worst_groups"] if g)) or "—"
+      lines[-1] += (f" {per_group} | {100 * r['mean_worst_group_accuracy']:.2f} ({worst}) | "
+                    f"{100 * r['mean_imbalance']:.2f} |")
+  return "\n".join(lines)
+
+
+def format_audit_table(results: list[dict]) -> str:
+  """Per method and budget level: the ledger's ε bound and the empirical ε (audit runs).
+
+  Empty when no row has an ``audit`` (no ``audit_canaries``).
+  """
+  audited = [r for r in results if r.get("audit")]
+  if not audited:
+    return ""
+  lines = ["| method | level ε | rate q | ε bound (ledger) | ε empirical (95% CI) | flagged | "
+           "canaries inserted / held out | accuracy with / without canaries |",
+           "|---|---|---|---|---|---|---|---|"]
+  for r in audited:
+    with_c, without = r.get("audit_accuracy_with_canaries"), r.get(
+        "audit_accuracy_without_canaries")
+    utility = "—" if with_c is None or without is None else \
+        f"{100 * with_c:.2f} / {100 * without:.2f}"
+    for level in r["audit"]:
+      lines.append(
+          f"| {r['method']} | {level['level']:g} | {level['rate']:.4g} | "
+          f"{level['bound']:.3g} | {level['formatted']} | "
+          f"{'YES' if level['flagged'] else 'no'}"
+          f"{' (few canaries)' if level.get('few_canaries') else ''} | "
+          f"{level['num_inserted']} / {level['num_held_out']} | {utility} |")
+  return "\n".join(lines)
+
+
+def plot(results: list[dict], out: str) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
+  for r in results:
+    h = np.asarray(r["history"], dtype=float)
+    if h.size:
+      ax0.plot(h[:, 0], h[:, 1], marker=".", label=r["method"])
+  ax0.set_xlabel("round")
+  ax0.set_ylabel("test accuracy (first seed)")
+  ax0.grid(alpha=0.3)
+  ax0.legend()
+  budgets = results[0]["budget_sample"]
+  ax1.hist(budgets, bins=np.geomspace(max(min(budgets), 1e-3), max(budgets) * 1.01, 40))
+  ax1.set_xscale("log")
+  ax1.set_xlabel("ε_ij")
+  ax1.set_ylabel("records")
+  ax1.set_title("privacy preferences")
+  fig.tight_layout()
+  fig.savefig(out, dpi=120)
+  plt.close(fig)
+
+
+def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, seeds,
+        output_dir: str, clip_norm: float, learning_rate: float, privacy_free_batch: float,
+        eval_every: int, checkpoint_every: int, progress: bool,
+        estimator: str = "scf", insecure_reproducible_noise: bool = False,
+        release_only: bool = False,
+        local_weight_fn: Optional[Callable] = None,
+        local_algorithm: str = "dp_sgd",
+        class_groups: Optional[Mapping[int, str]] = None,
+        restart: bool = False, audit: Optional[RecordAuditPlugin] = None,
+        dropout_cutoff: Optional[float] = None) -> list[dict]:
+  """Every method × seed; returns one summary row per method.
+
+  ``dropout_cutoff`` is the Dropout baseline's ε_mod from the budget
+  specification (:func:`tff_idp.preferences.expected_budget` /
+  :func:`tff_idp.preferences.class_budget_cutoff`); ``None`` takes the mean
+  of ``budgets`` (see :mod:`tff_idp.accounting.record.plan`).
+
+  ``restart`` discards each run directory's checkpoints and metrics first
+  (the ``--restart`` flag); otherwise a rerun resumes, and a finished run
+  returns its stored rows.
+
+  ``local_weight_fn`` (e.g. INO-SGD's ``importance.ino_example_weight_fn``)
+  weights the clipped gradients of the private methods' local steps; it does
+  not apply to PrivacyFree, which does not clip. ``class_groups`` (``{label:
+  "eps=<ε>"}``, budgets by class) adds per-group utility to the evaluation,
+  to metrics.csv and to each summary row (:func:`group_summary`).
+
+  Each row reports the last seed's budget usage (rPDP-FL §6.2 ledger) twice:
+  ``max_budget_used_vs_effective``, ε spent / the budget the method calibrated
+  to and enforced (ε_min for Minimum, ε_mod for Dropout, ε_ij for ours;
+  ``max_budget_used`` is the same value under its earlier name), and
+  ``max_budget_used_vs_own`` / ``mean_budget_used_vs_own``, ε spent / each
+  record's own ε_ij (for ours the same as vs effective; for Minimum the mean
+  shows the personal budget left unused; Dropout's dropped records count 0).
+
+  ``audit`` (a plug-in, e.g. :class:`tff_idp.audit.record_canaries.RecordCanaryAudit`)
+  adds an audit run (the first seed, in ``<method>/seed<s>-audit``) of every
+  private method it audits. Its per-level results go into the row's
+  ``audit`` and its final accuracy into ``audit_accuracy_with_canaries``
+  (``audit_accuracy_without_canaries``: the same seed's run without
+  canaries).
+  """
+  spec = collections.OrderedDict(
+      x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
+      y=tf.TensorSpec([None], tf.int32))
+  model_fn = models.tff_model_fn(federation.keras_builder, spec, head=federation.head)
+  evaluate = evaluation.keras_evaluator(federation.keras_builder, federation.test_x,
+                                    federation.test_y, batch_size=2048,
+                                    class_groups=class_groups, head=federation.head)
+  group_names = list(dict.fromkeys(class_groups.values())) if class_groups else []
+  # Evaluator keys beyond loss and accuracy, written to metrics.csv as eval_<key>.
+  eval_metrics = [k for k in group_metrics.flat_field_names(group_names)
+                  if k != "accuracy"] if class_groups else []
+  plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch,
+                                            estimator, dropout_cutoff=dropout_cutoff)
+           for m in methods}
+  write_record_plan(plans, params, output_dir)
+  if audit is not None:
+    try:  # validate every audit before any training
+      audit.prepare(plans, federation.records)
+    except ValueError as e:
+      raise AuditConfigError(str(e)) from None
+  processes = {}
+  results = []
+  flat_budgets = np.concatenate(list(budgets.values()))
+  for method in methods:
+    plan = plans[method]
+    key = (plan.noise_multiplier, plan.clip_norm)
+    if key not in processes:
+      processes[key] = build_rpdp_fedavg_process(
+          model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate),
+          server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+          local_steps=params.local_steps, noise_multiplier=plan.noise_multiplier,
+          clip_norm=plan.clip_norm, loss_fn=models.per_example_loss(federation.head),
+          example_weight_fn=local_weight_fn if math.isfinite(plan.clip_norm) else None)
+    finals, final_rows, history, accountant = [], [], [], None
+    hyperparameters = {"client_optimizer": "sgd", "client_learning_rate": learning_rate,
+                       "server_optimizer": "sgd", "server_learning_rate": 1.0,
+                       "local_steps": params.local_steps,
+                       "local_algorithm": local_algorithm}
+    run_kwargs = dict(fingerprint={"head": federation.head},
+                      keras_builder=federation.keras_builder,
+                      insecure_reproducible_noise=insecure_reproducible_noise,
+                      release_only=release_only, eval_metrics=eval_metrics, restart=restart)
+    for seed in seeds:
+      run_dir = os.path.join(output_dir, method, f"seed{seed}")
+      _, _, accountant = record_level.run_record_level(
+          processes[key], federation.records, plan, seed, run_dir, evaluate,
+          eval_every, checkpoint_every, progress,
+          hyperparameters=hyperparameters, **run_kwargs)
+      rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
+      finals.append(rows[-1]["eval_accuracy"])
+      final_rows.append(rows[-1])
+      if not history:
+        history = [[r["round"], r["eval_accuracy"]] for r in rows
+                   if r["eval_accuracy"] is not None]
+    all_q = np.concatenate(list(plan.rates.values()))
+    expected = np.mean([plan.rates[c].sum() for c in plan.rates])
+    spent = accountant.spent() if accountant is not None else None
+    # Under Type I the record ledger follows the secret client sampling: it is
+    # a diagnostic, left out of a release-only summary.
+    ledger_is_diagnostic = accountant is not None and accountant.metrics_depend_on_sampling
+    withheld = release_only and ledger_is_diagnostic
+    # Budget usage (rPDP-FL §6.2 ledger, last seed): against the effective ε the
+    # method calibrated to (ε_min, ε_mod; ε_ij for ours) and against each
+    # record's own ε_ij (Minimum's unused budget, Dropout's dropped records at 0).
+    ledger = accountant.metrics() if accountant is not None and not withheld else None
+    usage = lambda name: None if ledger is None else ledger[name]
+    groups = {}
+    if class_groups:
+      groups = dict(group_summary(final_rows, group_names), groups={
+          g: [c for c, name in sorted(class_groups.items()) if name == g]
+          for g in group_names})
+    audited = {}
+    if audit is not None and audit.audits(method):
+      audited = audit.run(
+          model_fn, federation.records, plan, run_seed=seeds[0],
+          output_dir=os.path.join(output_dir, method, f"seed{seeds[0]}-audit"),
+          accuracy_without=finals[0], client_learning_rate=learning_rate,
+          loss_fn=models.per_example_loss(federation.head),
+          example_weight_fn=local_weight_fn, hyperparameters=hyperparameters,
+          evaluate_fn=evaluate, eval_every=eval_every, checkpoint_every=checkpoint_every,
+          progress=progress, **run_kwargs)
+    results.append({
+        "method": method, "final_accuracies": finals,
+        "mean_accuracy": float(np.mean(finals)), "std_accuracy": float(np.std(finals)),
+        "mean_expected_batch": float(expected), "records_q0": int(np.sum(all_q == 0)),
+        "excluded_at_end": (None if withheld else
+                            accountant.metrics()["records_excluded"] if accountant else 0),
+        "mean_epsilon_spent": (float(spent.mean()) if spent is not None and not withheld
+                               else None),
+        # max_budget_used: the vs-effective value, under its earlier name.
+        "max_budget_used": usage("budget_used_max_vs_effective"),
+        "max_budget_used_vs_effective": usage("budget_used_max_vs_effective"),
+        "max_budget_used_vs_own": usage("budget_used_max_vs_own"),
+        "mean_budget_used_vs_own": usage("budget_used_mean_vs_own"),
+        "mean_budget": float(np.mean(flat_budgets)) if spent is not None else None,
+        "calibration": plan.calibration, "history": history,
+        "budget_sample": flat_budgets[:5000].tolist(), **groups, **audited})
+  return results
+
+
+RECORD_PLAN_FILE = "record_plan.csv"
+
+
+def write_record_plan(plans: Mapping[str, "record_level.RecordPlan"], params: TwoStageParams,
+                      output_dir: str) -> str:
+  """Writes every record's plan, so an outside check can recompute its ε without the library.
+
+  One row per (method, client, record): the record's own budget ε_ij, the
+  budget the method calibrated it to (ε_min for Minimum, ε_mod for Dropout),
+  its sampling rate q_ij, and the ε that Theorem 1 charges it after the run's T
+  rounds (:func:`tff_idp.accounting.record.rdp_two_stage.epsilon`; 0 for q = 0).
+  A header comment gives σ, τ, T, λ, δ and the threat model. PrivacyFree has no
+  budget and is left out. The budgets are personal (under budgets by class,
+  a record's budget is its label's): keep the file with the diagnostics, not
+  the release.
+  """
+  from tff_idp.accounting.record import rdp_two_stage  # pylint: disable=g-import-not-at-top
+  path = os.path.join(output_dir, RECORD_PLAN_FILE)
+  os.makedirs(output_dir, exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    f.write(f"# rPDP-FL record plan: sigma={params.noise_multiplier!r}, "
+            f"local_steps={params.local_steps}, rounds={params.rounds}, "
+            f"client_rate={params.client_rate!r}, delta={params.delta!r}, "
+            f"threat_model={params.threat_model}; epsilon_charged = Theorem 1 at q\n")
+    f.write("method,client_id,record,own_budget,effective_budget,q,epsilon_charged\n")
+    for method, plan in plans.items():
+      if plan.budgets is None:
+        continue
+      own = plan.own_budgets or plan.budgets
+      for cid, rates in plan.rates.items():
+        rates = np.asarray(rates, float)
+        unique, inverse = np.unique(rates, return_inverse=True)
+        charged = np.asarray(rdp_two_stage.epsilon(unique, params), float)[inverse]
+        for j, (q, eps) in enumerate(zip(rates, charged)):
+          f.write(f"{method},{cid},{j},{float(own[cid][j])!r},"
+                  f"{float(plan.budgets[cid][j])!r},{float(q)!r},{float(eps)!r}\n")
+  os.replace(path + ".tmp", path)
+  return path
+
+
+def write_summary(results: list[dict], num_seeds: int, output_dir: str,
+                  config: Optional[dict] = None) -> str:
+  """Writes ``summary.md`` (the table), ``summary.json`` (config + rows) and
+  ``accuracy.png`` into ``output_dir``; returns the table."""
+  import json  # pylint: disable=g-import-not-at-top
+  table = format_table(results, num_seeds)
+  audit_table = format_audit_table(results)
+  if audit_table:
+    table += "\n\nEmpirical privacy audit (record-level canaries, first seed):\n\n" + audit_table
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, "summary.md"), "w") as f:
+    f.write(table + "\n")
+  with open(os.path.join(output_dir, "summary.json"), "w") as f:
+    json.dump({"config": config or {}, "results": results}, f, indent=1, default=str)
+  plot(results, os.path.join(output_dir, "accuracy.png"))
+  return table
+

@@ -1,1 +1,0 @@
-"""IDP-FedAvg learning processes, the round driver and checkpointing."""
