@@ -4,7 +4,7 @@
 * The paper's federations (IDP-FedAvg, Sec. V-B): `datasets.partition`
   (pure-numpy partitioners), `datasets.sources` (local source files, offline
   errors), `datasets.builder` / `python -m datasets.build` (sqlite splits
-  with a manifest), `datasets.loader.load_federated` (one call: train
+  with a manifest), `datasets.resolution.load_federated` (one call: train
   ClientData + test set) and `python -m datasets.plot` (Fig. 1).
 * Your own data: `datasets.from_arrays` (`datasets.arrays`) partitions numpy
   arrays (iid, dirichlet, or natural owners) into the same kind of split,
@@ -37,8 +37,8 @@ import importlib
 import tff_idp  # noqa: F401  (quietens TensorFlow's log lines before any submodule imports it)
 
 _EXPORTS = {
-    "resolve": "datasets.loader",
-    "load_federated": "datasets.loader",
+    "resolve": "datasets.resolution",
+    "load_federated": "datasets.resolution",
     "open_split": "datasets.loader",
     "FederatedSplit": "datasets.loader",
     "from_arrays": "datasets.arrays",

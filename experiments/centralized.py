@@ -149,11 +149,12 @@ def fmnist_silo(train_examples: int, test_examples: int, seed: int, data_dir,
   ``train_examples`` of the pooled records form the silo.
   """
   from datasets import loader  # pylint: disable=g-import-not-at-top
+  from datasets import resolution  # pylint: disable=g-import-not-at-top
   from datasets import specs  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   info = specs.info("fmnist")
   # The rPDP-FL CNN expects [0, 1] inputs: rescale the stored pixels here.
-  train, test = loader.load_federated("fmnist", "iid", num_clients=None, seed=seed,
+  train, test = resolution.load_federated("fmnist", "iid", num_clients=None, seed=seed,
                                       data_dir=data_dir, split_dir=split_dir,
                                       rescale=True, progress=False)
   parts = [loader.to_arrays(train.create_tf_dataset_for_client(cid)) for cid in train.client_ids]

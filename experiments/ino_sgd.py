@@ -185,10 +185,11 @@ def load_data(preset: Preset, train_examples: int, test_examples: int, seed: int
                 _builder("logistic", (config.num_features,), config.num_classes, 1.0),
                 f"Synthetic IID (pooled, {len(p['y'])} records)")
   from datasets import loader  # pylint: disable=g-import-not-at-top
+  from datasets import resolution  # pylint: disable=g-import-not-at-top
   from datasets import specs  # pylint: disable=g-import-not-at-top
   info = specs.info(preset.dataset)
   mnist_shaped = tuple(info.input_shape)[-1] == 1
-  train, test = loader.load_federated(preset.dataset, "iid", seed=seed, data_dir=data_dir,
+  train, test = resolution.load_federated(preset.dataset, "iid", seed=seed, data_dir=data_dir,
                                       split_dir=split_dir, rescale=mnist_shaped,
                                       progress=False)
   parts = [loader.to_arrays(train.create_tf_dataset_for_client(c)) for c in train.client_ids]

@@ -79,7 +79,7 @@ def _relative(target):
 
 def test_slug_follows_github():
   assert slug("Privacy calibration (SAMPLE, Alg. 1)") == "privacy-calibration-sample-alg-1"
-  assert slug("Client computation (`tff_idp.rpdp`)") == "client-computation-tff_idpclient_work"
+  assert slug("Client computation (`tff_idp.rpdp`)") == "client-computation-tff_idprpdp"
   assert slug("`python -m experiments.rpdp` (rPDP-FL, Fig. 8-style comparison)") == (
       "python--m-experimentsrpdp-rpdp-fl-fig-8-style-comparison")
   assert slug("Default federation: Synthetic(α, β)") == "default-federation-syntheticα-β"

@@ -47,7 +47,7 @@ def test_snippet_runs_end_to_end(tmp_path):
 def test_the_cli_flags_default_to_the_shared_rpdp_settings():
   # In a subprocess: importing an experiment module defines its flags globally.
   code = ("from absl import flags; import experiments.rpdp; "
-          "from tff_idp.training import record_runs; "
+          "from tff_idp.rpdp import runs as record_runs; "
           "bad = [k for k, v in record_runs.DEFAULTS.items() if flags.FLAGS[k].default != v]; "
           "print('mismatch', bad) if bad else print('ok')")
   proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

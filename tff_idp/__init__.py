@@ -1,11 +1,66 @@
 """tff_idp: TFF simulations of federated learning with individualized differential privacy.
 
-Importing the package imports nothing heavy. It quietens TensorFlow's log
-lines where the user has not set them (:func:`tff_idp.console.quiet_tensorflow`
+The public API (docs/api.md) is the names below, loaded lazily on first use:
+``import tff_idp`` imports nothing heavy, and ``tff_idp.accounting`` still
+imports no TensorFlow. Importing the package quietens TensorFlow's log lines
+where the user has not set them (:func:`tff_idp.console.quiet_tensorflow`
 with ``library=True``; ``TFF_IDP_VERBOSE=1`` keeps them) and registers one
 exit hook (:mod:`tff_idp.execution.tff_teardown`).
 """
+import importlib as _importlib
+
 from tff_idp import console as _console
 from tff_idp.execution import tff_teardown  # noqa: F401  (registers the exit hook)
 
 _console.quiet_tensorflow(library=True)
+
+# public name -> module that defines it (docs/api.md lists them by family)
+_PUBLIC = {
+    # runners: one call on any split object
+    "run_idp_fedavg": "tff_idp.runners",
+    "run_rpdp": "tff_idp.runners",
+    # IDP-FedAvg
+    "build_idp_fedavg_process": "tff_idp.idp_fedavg.process",
+    "AdaptiveClipDPMeanFactory": "tff_idp.idp_fedavg.aggregators",
+    "get_group_sampling_rates": "tff_idp.accounting.client.sample",
+    "get_noise": "tff_idp.accounting.client.sample",
+    "get_sample_rate": "tff_idp.accounting.client.sample",
+    "get_group_clip_scales": "tff_idp.accounting.client.scale",
+    "PrivacyLedger": "tff_idp.accounting.client.ledger",
+    # rPDP-FL
+    "build_rpdp_fedavg_process": "tff_idp.rpdp.client_work",
+    "build_record_dp_client_work": "tff_idp.rpdp.client_work",
+    "build_local_dp_sgd": "tff_idp.rpdp.dp_sgd",
+    "TwoStageParams": "tff_idp.accounting.record.rdp_two_stage",
+    "calibrate_record_rates": "tff_idp.accounting.record.calibration",
+    "make_record_plan": "tff_idp.accounting.record.plan",
+    "RecordBudgetAccountant": "tff_idp.accounting.record.ledger",
+    # INO-SGD
+    "ino_example_weight_fn": "tff_idp.ino_sgd.importance",
+    "plan_owners": "tff_idp.accounting.owner.plan",
+    # APES / S-APES
+    "build_apes_process": "tff_idp.apes.process",
+    "build_ldp_client_work": "tff_idp.apes.client_work",
+    "ShuffledPersonalizedMeanFactory": "tff_idp.apes.aggregator",
+    "ApesLedger": "tff_idp.accounting.shuffle.ledger",
+    # execution and the engine's plug-in hooks
+    "ExecutionRuntime": "tff_idp.execution.runtime",
+    "execution_context": "tff_idp.execution.runtime",
+    "RunPlugin": "tff_idp.engine.plugins",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+  """Loads a public name's module on first use (PEP 562)."""
+  module = _PUBLIC.get(name)
+  if module is None:
+    raise AttributeError(f"module 'tff_idp' has no attribute {name!r}")
+  value = getattr(_importlib.import_module(module), name)
+  globals()[name] = value
+  return value
+
+
+def __dir__() -> list:
+  return sorted(set(globals()) | set(_PUBLIC))

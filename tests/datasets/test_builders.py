@@ -13,6 +13,7 @@ import pytest
 
 from datasets import builder
 from datasets import loader
+from datasets import resolution
 from datasets import partition
 from datasets import sources
 from datasets import specs
@@ -213,7 +214,7 @@ def test_spec_rejects_unknown_partitions_and_parameters():
 # ----------------------------------------------------------------------------
 def test_load_federated_builds_then_reads_the_split(raw, tmp_path):
   split_dir = str(tmp_path / "split")
-  train, test = loader.load_federated("cifar10", "iid", num_clients=10, seed=0,
+  train, test = resolution.load_federated("cifar10", "iid", num_clients=10, seed=0,
                                       data_dir=raw["dir"], split_dir=split_dir,
                                       local_epochs=2, batch_size=16, progress=False)
   assert len(train.client_ids) == 10
@@ -223,18 +224,18 @@ def test_load_federated_builds_then_reads_the_split(raw, tmp_path):
   assert float(batches[0]["x"].numpy().max()) > 1.0                  # stored 0..255 scale
   assert sum(int(b["y"].shape[0]) for b in test) == 60
   # Second call: reads the split, even with no source files left.
-  train2, test2 = loader.load_federated("cifar10", "iid", num_clients=10,
+  train2, test2 = resolution.load_federated("cifar10", "iid", num_clients=10,
                                         data_dir=str(tmp_path / "gone"),
                                         split_dir=split_dir, rescale=True, progress=False)
   first = next(iter(train2.create_tf_dataset_for_client(train2.client_ids[0])))
   assert 0.0 <= float(first["x"].numpy().max()) <= 1.0
   with pytest.raises(loader.SplitMismatchError, match="seed 0 \\(asked for 5\\)"):
-    loader.load_federated("cifar10", "iid", num_clients=10, seed=5, split_dir=split_dir,
+    resolution.load_federated("cifar10", "iid", num_clients=10, seed=5, split_dir=split_dir,
                           progress=False)
 
 
 def test_fmnist_client_data_has_channel_axis(raw, tmp_path):
-  train, test = loader.load_federated("fmnist", data_dir=raw["dir"],
+  train, test = resolution.load_federated("fmnist", data_dir=raw["dir"],
                                       split_dir=str(tmp_path / "f"), progress=False)
   ex = next(iter(train.create_tf_dataset_for_client(train.client_ids[0])))
   assert ex["x"].shape == (28, 28, 1) and ex["y"].dtype.name == "int32"

@@ -21,7 +21,7 @@ code's sampler). We evaluate it through t = 2v − 1 = expm1(a₁) + 2S·u with
 2S = −expm1(a₁) − expm1(a₂), a₁,₂ = (−C ∓ x)/λ, and log1p, which avoids the
 cancellation of v − ½ in float32: the draw stays accurate to ~1e-7·C for
 ε ∈ [1e-3, 50] (checked against the float64 NumPy reference in
-``tests/ldp``). The result is clamped to [−C, C] against rounding.
+``tests/apes``). The result is clamped to [−C, C] against rounding.
 
 **Laplace** (:func:`laplace_perturb`), the PLDP / UniS baseline: clip to
 [−C, C] and add Laplace(2C/ε) noise; unbiased, so the server takes a plain

@@ -46,7 +46,7 @@ The expected report g_i depends on the mechanism:
     for larger ε' a spread-out update moves the real threshold. Monte Carlo
     with spread-out updates (d = 800-1000, b/d = 0.2): G is within ~10% of
     the true expected report for ε' ≤ 2 and the de-biased values within
-    ~15% at ε' = 1 (``tests/ldp/test_debias.py`` checks it).
+    ~15% at ε' = 1 (``tests/apes/test_debias.py`` checks it).
 
 All functions are TensorFlow and run eagerly or inside a TFF computation
 (the aggregator builds the grid in its ``initialize``).

@@ -27,7 +27,7 @@ structure (``LearningAlgorithmState``; checkpoints are interchangeable), the
 same metrics structure (``distributor``, ``client_work/train``,
 ``aggregator``, ``finalizer``), so :class:`tff_idp.engine.driver.RoundDriver`,
 the privacy ledger and the checkpoints work unchanged. Its results equal the
-TFF round's within float tolerance (``tests/training/test_in_process.py``).
+TFF round's within float tolerance (``tests/idp_fedavg/test_in_process.py``).
 
 On GPU this path trains on the driver process's TensorFlow device, with one
 client computation at a time using the whole device; TFF's per-client

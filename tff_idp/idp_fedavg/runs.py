@@ -18,14 +18,13 @@ debugging, and labels every output NOT PRIVATE.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import logging
 import math
 import os
 import zlib
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from scipy import stats
@@ -33,18 +32,15 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp.idp_fedavg import aggregators
-from tff_idp.audit import client_canaries
-from tff_idp.audit import controls
-from tff_idp.audit import report as audit_report
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.sampling import PoissonClientSampler
 from tff_idp.engine import evaluation
-from tff_idp.engine import group_metrics
 from tff_idp.idp_fedavg import in_process
 from tff_idp.engine import paired_stats
 from tff_idp.idp_fedavg import plan as privacy_plan
 from tff_idp.engine.driver import RoundDriver
+from tff_idp.engine.plugins import RunPlugin
 from tff_idp.engine.metrics import read_metrics
 from tff_idp.idp_fedavg.process import build_idp_fedavg_process
 from tff_idp.idp_fedavg.process import scaled_client_data
@@ -136,7 +132,8 @@ def client_input_fn(train_data: tff.simulation.datasets.ClientData,
 keras_evaluator = evaluation.keras_evaluator  # the library's evaluator, under its old name
 
 
-def validate(config: TrainingConfig, num_clients: int) -> None:
+def validate(config: TrainingConfig, num_clients: int,
+             plugins: Sequence[RunPlugin] = ()) -> None:
   """Checks every run spec and calibration before any training starts.
 
   Raises ValueError with a message saying what to change, so a bad flag fails
@@ -170,9 +167,8 @@ def validate(config: TrainingConfig, num_clients: int) -> None:
         config.max_rate)
     # Adaptive clipping needs σ < 2σ_b (raises with advice otherwise).
     noise_split(config, plan, spec.name)
-    if config.audit_canaries and plan.noise_multiplier is not None:
-      client_canaries.make_canary_plan(config.audit_canaries, plan.group_rates,
-                                       plan.group_sizes)  # raises with advice
+    for plugin in plugins:
+      plugin.check(plan)  # e.g. the audit's canary plan (raises with advice)
   if config.audit_canaries < 0:
     raise ValueError(f"--audit_canaries={config.audit_canaries} must be >= 0 (0 = off).")
 
@@ -243,44 +239,30 @@ def noise_split(config: TrainingConfig, plan: privacy_plan.PrivacyPlan,
   return sigma_b, z_value
 
 
-def _group_clip_scales(plan: privacy_plan.PrivacyPlan) -> Optional[list[float]]:
-  """SCALE's clip scale s_p per group (None without SCALE)."""
-  if plan.client_clip_scales is None:
-    return None
-  scales = []
-  for p in range(len(plan.group_sizes)):
-    members = plan.client_clip_scales[plan.client_groups == p]
-    scales.append(float(members[0]) if members.size else 1.0)
-  return scales
-
-
-def _audit_seed(config: TrainingConfig, run_name: str, seed: int) -> int:
-  """The canaries' seed of one (run spec, seed): independent canaries per run."""
-  return zlib.crc32(f"audit/{config.audit_seed}/{run_name}/{seed}".encode())
-
-
 def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
             test_x: np.ndarray, test_y: np.ndarray,
             aggregator_kwargs: Optional[dict] = None,
             eval_batch_size: Optional[int] = None,
-            miscalibration: Optional[controls.Miscalibration] = None) -> list[dict]:
+            plugins: Sequence[RunPlugin] = ()) -> list[dict]:
   """Runs every (run spec, seed); returns one summary row per run spec.
 
   Each row holds the plan summary (σ, σ_b, z_Δ, rates), the per-seed final
   accuracies in ``config.seeds`` order, their mean and sd, and ``paired``:
   the paired comparison with its reference row (``reference_runs``), or None.
 
-  With ``config.audit_canaries`` > 0, every DP run also carries that many
-  canary clients (:mod:`tff_idp.audit.client_canaries`); each run directory
-  gets ``audit.json`` (the canaries' cosines) and the row gets ``audit``: per
-  group, the ledger's ε and the empirical ε with its CI, pooled over seeds
-  (:func:`tff_idp.audit.report.audit_groups`). Non-private runs have no DP
-  aggregator to audit (``audit`` is None).
-
-  ``miscalibration`` (:mod:`tff_idp.audit.controls`) deliberately breaks the
-  noise or a group's sampling while the ledger keeps the calibrated ε: only
-  for the audit's validity controls; its rows carry ``broken_control``.
+  ``plugins`` attach through the engine's hooks
+  (:class:`tff_idp.engine.plugins.RunPlugin`). The empirical audit is one:
+  with ``config.audit_canaries`` > 0 pass
+  ``tff_idp.audit.client_audit.plugins_for(config)``; every DP run then
+  carries that many canary clients, each run directory gets ``audit.json``
+  and the row gets ``audit`` (per group, the ledger's ε and the empirical ε
+  with its CI, pooled over seeds; None for non-private runs). Its validity
+  controls (a deliberately broken mechanism) plug in the same way; their rows
+  carry ``broken_control``.
   """
+  if config.audit_canaries and not plugins:
+    raise ValueError(f"audit_canaries={config.audit_canaries} needs the audit plug-in: pass "
+                     "plugins=tff_idp.audit.client_audit.plugins_for(config).")
   for key in ("clipped_count_stddev", "initial_clip"):
     if aggregator_kwargs and key in aggregator_kwargs:
       raise ValueError(f"set TrainingConfig.{key} (--{key}), not aggregator_kwargs[{key!r}].")
@@ -293,8 +275,6 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
   for spec in specs:
     finals, histories, plan_summary = [], [], None
     process = None
-    audit_runs: list[tuple[np.ndarray, client_canaries.CanaryPlan]] = []
-    audit_bounds: Optional[list] = None
     for seed in config.seeds:
       plan = privacy_plan.make_privacy_plan(
           spec, config.budgets, len(client_ids), config.clients_per_round,
@@ -303,16 +283,12 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
       sigma_b, z_value = noise_split(config, plan)
       plan_summary = dict(plan.summary(), clipped_count_stddev=sigma_b,
                           value_noise_multiplier=z_value)
-      audit = config.audit_canaries > 0 and plan.noise_multiplier is not None
-      noise_added = plan.noise_multiplier
-      client_rates = plan.client_rates
-      if miscalibration is not None:
-        if plan.noise_multiplier is None:
-          raise ValueError("a broken control needs a DP run spec, not nonprivate.")
-        noise_added = plan.noise_multiplier * miscalibration.noise_scale
-        client_rates = miscalibration.client_rates(plan.client_rates, plan.client_groups)
-        plan_summary["broken_control"] = dict(miscalibration.to_dict(),
-                                              label=controls.BROKEN_LABEL)
+      noise_added, client_rates = plan.noise_multiplier, plan.client_rates
+      wrappers = []
+      for plugin in plugins:
+        noise_added, client_rates, entries = plugin.mechanism(plan, noise_added, client_rates)
+        plan_summary.update(entries)
+        wrappers += [w for w in [plugin.client_work_wrapper(plan)] if w is not None]
       if process is None:
         process = build_idp_fedavg_process(
             model_fn,
@@ -325,7 +301,7 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
             aggregator_kwargs=dict(aggregator_kwargs or {}, **plan.aggregator_kwargs(),
                                    **_clip_kwargs(config), clipped_count_stddev=sigma_b)
             if plan.noise_multiplier is not None else None,
-            canary_client_work=client_canaries.build_canary_client_work if audit else None,
+            canary_client_work=_compose(wrappers),
             client_execution=resolved_client_execution(
                 config, keras_builder().count_params() if keras_builder else None),
             parallel_clients=config.parallel_clients)
@@ -346,7 +322,7 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
           checkpoint_every=config.checkpoint_every,
           run_fingerprint=_fingerprint_config(config, plan, plan_summary, seed, train_data,
                                               keras_builder, aggregator_kwargs,
-                                              miscalibration),
+                                              plugins),
           progress=config.progress, privacy_randomness=randomness,
           release_only=config.release_only, restart=config.restart)
       empty = (train_data.create_tf_dataset_for_client(client_ids[0]).take(0)
@@ -354,63 +330,52 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
       driver.padding_input_fn = (
           (lambda e=empty: scaled_client_data(e, 1.0)) if scales is not None
           else (lambda e=empty: e))
-      canary_plan = None
-      if audit:
-        canary_plan = client_canaries.make_canary_plan(
-            config.audit_canaries, plan.group_rates, plan.group_sizes,
-            _group_clip_scales(plan), _audit_seed(config, spec.name, seed))
-        factors = (miscalibration.group_factors(len(plan.group_rates))
-                   if miscalibration is not None and miscalibration.rate_factors else None)
-        driver.sampler = client_canaries.CanarySampler(driver.sampler, canary_plan, factors)
-        driver.client_input_fn = client_canaries.with_canary_inputs(
-            driver.client_input_fn, canary_plan, driver.padding_input_fn)
-        driver.padding_input_fn = client_canaries.with_canary_padding(driver.padding_input_fn)
+      for plugin in plugins:
+        plugin.attach(driver, plan, spec.name, seed)
       final_state, _ = driver.run(config.rounds)
-      if canary_plan is not None:
-        cosines = client_canaries.canary_cosines_of_run(process, final_state, canary_plan)
-        audit_runs.append((cosines, canary_plan))
-        audit_bounds = list(plan.ledger.spent())
-        _write_run_audit(run_dir, canary_plan, cosines)
+      for plugin in plugins:
+        plugin.after_run(process, final_state, run_dir, plan)
       history = read_metrics(os.path.join(run_dir, "metrics.csv"))
       histories.append(history)
       finals.append(history[-1]["eval_accuracy"])
       eps_spent = plan.ledger.spent() if plan.ledger is not None else None
     if isinstance(process, in_process.InProcessLearningProcess):
       process.close()
-    results.append(dict(plan_summary, seeds=list(config.seeds), final_accuracies=finals,
-                        mean_accuracy=float(np.mean(finals)),
-                        std_accuracy=float(np.std(finals, ddof=1)) if len(finals) > 1
-                        else 0.0,
-                        epsilon_spent=list(eps_spent) if eps_spent else None,
-                        history=[[r["round"], r["eval_accuracy"]] for r in histories[0]
-                                 if r["eval_accuracy"] is not None],
-                        history_by_seed=[[[r["round"], r["eval_accuracy"]] for r in h
-                                          if r["eval_accuracy"] is not None]
-                                         for h in histories],
-                        audit=_pooled_audit(config, audit_runs, audit_bounds)))
+    row = dict(plan_summary, seeds=list(config.seeds), final_accuracies=finals,
+               mean_accuracy=float(np.mean(finals)),
+               std_accuracy=float(np.std(finals, ddof=1)) if len(finals) > 1
+               else 0.0,
+               epsilon_spent=list(eps_spent) if eps_spent else None,
+               history=[[r["round"], r["eval_accuracy"]] for r in histories[0]
+                        if r["eval_accuracy"] is not None],
+               history_by_seed=[[[r["round"], r["eval_accuracy"]] for r in h
+                                 if r["eval_accuracy"] is not None]
+                                for h in histories],
+               audit=None)
+    row.update(_plugin_rows(plugins))
+    results.append(row)
   add_paired_comparisons(results)
-  write_summary(config, results)
+  write_summary(config, results, plugins)
   return results
 
 
-def _write_run_audit(run_dir: str, plan: client_canaries.CanaryPlan,
-                     cosines: np.ndarray) -> None:
-  """``audit.json`` of one run: every canary's group, inserted flag and cosine."""
-  with open(os.path.join(run_dir, "audit.json"), "w") as f:
-    json.dump({"audit_seed": plan.audit_seed, "groups": plan.groups.tolist(),
-               "inserted": plan.inserted.tolist(), "rates": plan.rates.tolist(),
-               "cosines": cosines.tolist()}, f)
-
-
-def _pooled_audit(config: TrainingConfig, audit_runs: list, bounds: Optional[list]
-                  ) -> Optional[list[dict]]:
-  """Per-group estimates from the canaries of all seeds of one run spec (or None)."""
-  if not audit_runs:
+def _compose(wrappers: Sequence[Callable]) -> Optional[Callable]:
+  """The client-work wrappers applied in order (None when there are none)."""
+  if not wrappers:
     return None
-  return audit_report.audit_groups(
-      [c for c, _ in audit_runs], [p.groups for _, p in audit_runs],
-      [p.inserted for _, p in audit_runs], bounds,
-      [f"eps{b:g}" for b in config.budgets], config.delta, seed=config.audit_seed)
+
+  def wrap(client_work):
+    for w in wrappers:
+      client_work = w(client_work)
+    return client_work
+  return wrap
+
+
+def _plugin_rows(plugins: Sequence[RunPlugin]) -> dict:
+  rows = {}
+  for plugin in plugins:
+    rows.update(plugin.row())
+  return rows
 
 
 def reference_runs(names: Sequence[str]) -> dict[str, Optional[str]]:
@@ -457,7 +422,7 @@ def _fingerprint_config(config: TrainingConfig, plan: Optional[privacy_plan.Priv
                         plan_summary: Optional[dict] = None, seed: int = 0,
                         train_data: Any = None, keras_builder: Optional[Callable] = None,
                         aggregator_kwargs: Optional[dict] = None,
-                        miscalibration: Optional[controls.Miscalibration] = None) -> dict:
+                        plugins: Sequence[RunPlugin] = ()) -> dict:
   """One run's resume fingerprint (:mod:`tff_idp.engine.fingerprint`).
 
   Calibration: the plan (σ, σ_b, rates, clip scales, per-client rates and
@@ -488,8 +453,8 @@ def _fingerprint_config(config: TrainingConfig, plan: Optional[privacy_plan.Priv
     calibration["client_groups"] = (None if plan.client_groups is None
                                     else fingerprint.array_digest(plan.client_groups))
     calibration["aggregator"] = dict(aggregator_kwargs or {}, **plan.aggregator_kwargs())
-  if miscalibration is not None:
-    calibration["broken_control"] = miscalibration.to_dict()
+  for plugin in plugins:
+    calibration.update(plugin.fingerprint())
   return fingerprint.run_fingerprint(
       calibration=calibration, training=dict(fields, server_optimizer="sgd"),
       data=(fingerprint.client_data_identity(train_data) if train_data is not None else None),
@@ -519,7 +484,8 @@ class _ProcessWithSecretNoise:
     return getattr(self._process, name)
 
 
-def format_table(config: TrainingConfig, results: list[dict]) -> str:
+def format_table(config: TrainingConfig, results: list[dict],
+                 plugins: Sequence[RunPlugin] = ()) -> str:
   """The results as a markdown table, with a paired comparison per row.
 
   Columns: σ (the overall noise multiplier the ledger charges), z_Δ (the
@@ -568,13 +534,8 @@ def format_table(config: TrainingConfig, results: list[dict]) -> str:
       "sampling are fresh per run. p is one-sided (H1: ref more accurate); "
       "separated = the 95% CI lies above 0. "
       f"z_Δ: value noise multiplier for σ_b={sigma_b} (--clipped_count_stddev)."]
-  if any(r.get("audit") for r in results):
-    lines += ["", "**Empirical privacy audit** (canary clients, "
-              f"--audit_canaries={config.audit_canaries} per run and seed, pooled over "
-              f"{n} seed(s)):", "", audit_report.format_audit_table(results)]
-  broken = [r["run"] for r in results if r.get("broken_control")]
-  if broken:
-    lines = [f"**{controls.BROKEN_LABEL}**: {', '.join(broken)}", ""] + lines
+  for plugin in plugins:
+    lines = plugin.header_lines(results) + lines + plugin.table_lines(config, results)
   if config.insecure_reproducible_noise:
     lines = [f"**{NOT_PRIVATE_LABEL}** (--insecure_reproducible_noise)", ""] + lines
   return "\n".join(lines)
@@ -645,19 +606,20 @@ def plot_accuracy(results: list[dict], path: str, warning: Optional[str] = None)
   plt.close(fig)
 
 
-def write_summary(config: TrainingConfig, results: list[dict]) -> None:
+def write_summary(config: TrainingConfig, results: list[dict],
+                  plugins: Sequence[RunPlugin] = ()) -> None:
   os.makedirs(config.output_dir, exist_ok=True)
   warning = NOT_PRIVATE_LABEL if config.insecure_reproducible_noise else None
   with open(os.path.join(config.output_dir, "summary.json"), "w") as f:
     json.dump(dict({"privacy_warning": warning} if warning else {},
                    config=dataclasses.asdict(config), results=results), f, indent=1,
               default=lambda x: None if isinstance(x, float) and math.isinf(x) else str(x))
-  table = format_table(config, results)
+  table = format_table(config, results, plugins)
   with open(os.path.join(config.output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")
   try:
     plot_accuracy(results, os.path.join(config.output_dir, "accuracy.png"), warning)
-    if any(r.get("audit") for r in results):
-      audit_report.plot_audit(results, os.path.join(config.output_dir, "audit.png"))
+    for plugin in plugins:
+      plugin.plot(results, config.output_dir)
   except ImportError:
     logging.warning("matplotlib missing: no accuracy.png")

@@ -10,7 +10,7 @@ import pytest
 
 from tests import processes
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHILD = textwrap.dedent("""
     import sys, time

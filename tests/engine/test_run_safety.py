@@ -203,7 +203,7 @@ def test_fingerprint_helper():
 
 
 def test_experiment_fingerprint_ignores_output_only_settings():
-  common = pytest.importorskip("experiments.common")
+  from tff_idp.idp_fedavg import runs as common  # pylint: disable=g-import-not-at-top
   config = common.TrainingConfig(
       budgets=[1.0, 2.0], ratios=[0.5, 0.5], runs=["50-50"], seeds=[0, 1], rounds=10,
       clients_per_round=5, local_epochs=1, batch_size=16, client_learning_rate=0.1,

@@ -22,7 +22,7 @@ from tests import processes
 
 from tff_idp.execution import fleet
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RTOL = 1e-4
 
 
@@ -127,7 +127,7 @@ def _run(module, args, timeout=600):
 
 
 # --client_execution=tff: the local reference runs TFF's client work too
-# (its in-process equivalent is compared in tests/training/test_in_process.py).
+# (its in-process equivalent is compared in tests/idp_fedavg/test_in_process.py).
 IDP_ARGS = ["--runs=idp,scale", "--seeds=0", "--num_clients=60", "--clients_per_round=10",
             "--clipped_count_stddev=2", "--eval_every=2", "--checkpoint_every=1",
             "--insecure_reproducible_noise", "--client_execution=tff"]
