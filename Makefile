@@ -28,7 +28,7 @@ demo: $(STAMP)
 	$(PY) -m experiments.idp_fedavg $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
