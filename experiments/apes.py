@@ -153,7 +153,8 @@ def main(argv):
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
   config.update(users=federation.num_users, rounds=rounds,
                 shuffle_delta=accounting.shuffle_delta)
-  table = apes_runs.write_summary(rows, training, accounting, _OUTPUT_DIR.value, config)
+  table = apes_runs.write_summary(rows, training, accounting, _OUTPUT_DIR.value, config,
+                                  privacy_warning=privacy_flags.warning())
   print()
   print(table)
   print(f"\nmetrics, checkpoints, TensorBoard logs, summary.md/json and accuracy.png in "

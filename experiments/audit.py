@@ -32,7 +32,6 @@ because adaptive clipping needs σ < 2σ_b.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import sys
@@ -49,6 +48,7 @@ from experiments import common
 from experiments import privacy_flags
 from experiments import worker_flags
 from tff_idp import cli
+from tff_idp.engine import summary as summary_lib
 from tff_idp import models
 from tff_idp.execution import runtime
 from tff_idp.audit import controls
@@ -204,13 +204,13 @@ def main(argv):
   print(table)
   with open(os.path.join(output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")
-  with open(os.path.join(output_dir, "summary.json"), "w") as f:
-    json.dump({"rows": [{k: v for k, v in r.items() if k != "history"} for r in rows],
-               "flags": {"audit_canaries": _CANARIES.value, "seeds": _SEEDS.value,
-                         "rounds": _ROUNDS.value, "clients_per_round":
-                         _CLIENTS_PER_ROUND.value, "num_clients": _NUM_CLIENTS.value,
-                         "hidden": _HIDDEN.value, "delta": _DELTA.value}},
-              f, indent=1, default=str)
+  summary_lib.write_summary(
+      output_dir, "audit",
+      {"audit_canaries": _CANARIES.value, "seeds": _SEEDS.value, "rounds": _ROUNDS.value,
+       "clients_per_round": _CLIENTS_PER_ROUND.value, "num_clients": _NUM_CLIENTS.value,
+       "hidden": _HIDDEN.value, "delta": _DELTA.value},
+      [dict({k: v for k, v in r.items() if k != "history"}, label=r.get("label", r["run"]))
+       for r in rows], privacy_warning=privacy_flags.warning())
   audit_report.plot_audit([r for r in rows if r.get("audit")],
                           os.path.join(output_dir, "audit.png"),
                           "IDP-FedAvg canary audit: empirical vs ledger ε")

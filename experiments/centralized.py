@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -48,6 +47,7 @@ import numpy as np
 
 from experiments import privacy_flags
 from tff_idp import cli
+from tff_idp.engine import summary as summary_lib
 from tff_idp.centralized import filter_gd  # its TensorFlow parts import TF lazily
 from tff_idp import preferences
 from tff_idp.accounting.record import calibration as record_calibration
@@ -250,7 +250,7 @@ def run_compare(silo: Silo, budgets: np.ndarray, methods, seeds, cfg: dict) -> d
           "method": method, "batch": f"{len(silo.y)} (full)",
           "mean_batch": float(np.mean(run.active)),
           "accuracies": accs, "mean_accuracy": float(np.mean(accs)),
-          "std_accuracy": float(np.std(accs)),
+          "std_accuracy": summary_lib.sample_sd(accs),
           "seconds_per_step": float(np.mean(spf)), "tf_seconds_per_step": float(np.mean(spf_tf)),
           "calibration_seconds": None, "noise_multiplier": sigma, "steps": steps,
           "mean_unused_budget": float(unused.mean()) if unused.size else 0.0,
@@ -279,7 +279,7 @@ def run_compare(silo: Silo, budgets: np.ndarray, methods, seeds, cfg: dict) -> d
     rows.append({
         "method": method, "batch": f"{rates.q.sum():.1f} (expected)",
         "mean_batch": float(np.mean(mb)), "accuracies": accs,
-        "mean_accuracy": float(np.mean(accs)), "std_accuracy": float(np.std(accs)),
+        "mean_accuracy": float(np.mean(accs)), "std_accuracy": summary_lib.sample_sd(accs),
         "seconds_per_step": float(np.mean(sps)), "tf_seconds_per_step": float(np.mean(sps)),
         "calibration_seconds": rates.seconds, "noise_multiplier": cfg["noise_multiplier"],
         "steps": cfg["steps"], "mean_unused_budget": summary["unused_budget"]["mean"],
@@ -334,7 +334,7 @@ def run_table3(silo: Silo, methods, cfg: dict) -> list[dict]:
   rows = []
   for (name, method), values in acc.items():
     rows.append({"scenario": name, "method": method, "accuracies": values,
-                 "mean_accuracy": float(np.mean(values)), "std_accuracy": float(np.std(values)),
+                 "mean_accuracy": float(np.mean(values)), "std_accuracy": summary_lib.sample_sd(values),
                  "calibration_seconds": secs[name, method],
                  "mean_calibration_seconds": float(np.mean(secs[name, method])),
                  "max_abs_q_difference_scf_vs_binary_search":
@@ -561,13 +561,17 @@ def main(argv):
   body = "\n\n".join(text)
   with open(os.path.join(out_dir, "summary.md"), "w") as f:
     f.write(f"{silo.name}\n\n{body}\n")
-  with open(os.path.join(out_dir, "summary.json"), "w") as f:
-    config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
-    json.dump({**({"privacy_warning": warning} if warning else {}),
-               "config": config, "silo": silo.name, "records": len(silo.y),
+  config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
+  # results: the comparison rows, then Table 3's (scenario · method) rows.
+  results = ([dict(r, label=r["method"], table="compare") for r in compare.get("rows", [])]
+             + [dict(r, label=f"{r['scenario']} · {r['method']}", table="table3")
+                for r in (table3 or [])])
+  summary_lib.write_summary(
+      out_dir, "centralized", config, results, privacy_warning=warning,
+      details={"silo": silo.name, "records": len(silo.y),
                "budget_counts": {str(e): int(c) for e, c in
                                  zip(*np.unique(budgets, return_counts=True))},
-               "compare": compare, "table3": table3}, f, indent=1, default=str)
+               "curves": compare.get("curves", {})})
   plot(compare, table3, os.path.join(out_dir, "centralized.png"))
   print()
   print(body)

@@ -46,7 +46,6 @@ realised batch sizes and clipped fractions (not covered by the guarantee).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -60,6 +59,7 @@ import numpy as np
 
 from experiments import privacy_flags
 from tff_idp import cli
+from tff_idp.engine import summary as summary_lib
 from tff_idp.accounting.owner import plan as owner_plan
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
@@ -299,7 +299,8 @@ def aggregate(runs: list[dict], names: list[str]) -> list[dict]:
 
     def stat(values):
       v = np.asarray(values, float)
-      return {"mean": float(np.nanmean(v)), "std": float(np.nanstd(v)), "values": v.tolist()}
+      return {"mean": float(np.nanmean(v)), "std": summary_lib.sample_sd(v),
+              "values": v.tolist()}
 
     rows.append({
         "label": label, "seeds": len(mine),
@@ -500,12 +501,11 @@ def main(argv):
     f.write(f"{data.name}\n\n{body}\n")
   public_runs = [{k: v for k, v in r.items() if not (cfg["release_only"] and k == "diagnostics")}
                  for r in runs]
-  with open(os.path.join(out_dir, "summary.json"), "w") as f:
-    json.dump({**({"privacy_warning": warning} if warning else {}),
-               "config": {k: v for k, v in cfg.items() if k != "owners"},
-               "owners": {g: list(c) for g, c in zip(names, preset.owners)},
-               "data": data.name, "rows": rows, "runs": public_runs,
-               "paper": preset.paper}, f, indent=1, default=str)
+  summary_lib.write_summary(
+      out_dir, "ino_sgd", {k: v for k, v in cfg.items() if k != "owners"}, rows,
+      privacy_warning=warning,
+      details={"owners": {g: list(c) for g, c in zip(names, preset.owners)},
+               "data": data.name, "runs": public_runs, "paper": preset.paper})
   plot(rows, names, os.path.join(out_dir, "per_group.png"), preset.name)
   print()
   print(body)

@@ -41,6 +41,11 @@ def release_only() -> bool:
   return bool(flags.FLAGS[RELEASE_ONLY].value)
 
 
+def warning() -> "str | None":
+  """The summary's ``privacy_warning``: the NOT PRIVATE label in the insecure mode."""
+  return NOT_PRIVATE_LABEL if insecure() else None
+
+
 def announce() -> None:
   """A banner on stderr when the insecure debug mode is on."""
   if insecure():

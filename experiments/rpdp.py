@@ -378,7 +378,8 @@ def main(argv):
       print(f"error: {e}", file=sys.stderr)
       return 2
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
-  table = record_runs.write_summary(results, len(seeds), _OUTPUT_DIR.value, config)
+  table = record_runs.write_summary(results, len(seeds), _OUTPUT_DIR.value, config,
+                                    privacy_warning=privacy_flags.warning())
   print()
   print(table)
   print(f"\nmetrics, checkpoints, summary.md/json and accuracy.png in {_OUTPUT_DIR.value}")

@@ -27,7 +27,7 @@ def test_tiny_run_prints_the_table_and_resumes(tmp_path):
                 "S-APES (paper's top-b)"):
     assert f"| {label} |" in proc.stdout, proc.stdout
   summary = json.load(open(tmp_path / "out" / "summary.json"))
-  rows = {r["framework"]: r for r in summary["rows"]}
+  rows = {r["framework"]: r for r in summary["results"]}
   assert rows["pldp"]["accuracy"] == rows["unis"]["accuracy"]  # one run, two accountings
   assert rows["nonprivate"]["eps_c"] == float("inf")
   assert rows["ldp_min"]["eps_c"] == pytest.approx(rows["apes"]["eps_local_min"])  # no shuffle

@@ -35,7 +35,7 @@ def test_audit_experiment_prints_table_plot_and_labels_broken_controls(tmp_path)
   assert "broken controls flagged:" in out
   assert (tmp_path / "audit.png").stat().st_size > 1000
   summary = json.load(open(tmp_path / "summary.json"))
-  rows = {r["run"]: r for r in summary["rows"]}
+  rows = {r["run"]: r for r in summary["results"]}
   assert rows["34-43-23, BROKEN: q×8 strict"]["broken_control"]["rate_factors"] == {"0": 8.0}
   audit = rows["34-43-23"]["audit"]
   assert [g["group"] for g in audit] == ["eps1", "eps2", "eps3"]

@@ -33,8 +33,8 @@ def test_centralized_compares_scf_binary_search_and_filter(tmp_path):
     assert f"| {scenario} | SCF |" in out and f"| {scenario} | BinarySearch |" in out
   assert "active records" in out
   summary = json.load(open(tmp_path / "summary.json"))
-  assert summary["records"] == 600
-  rows = {r["method"]: r for r in summary["compare"]["rows"]}
+  assert summary["details"]["records"] == 600
+  rows = {r["method"]: r for r in summary["results"] if r["table"] == "compare"}
   for method, row in rows.items():
     assert row["max_spent_over_budget"] <= 1.0 + 1e-9, method
     assert 0.0 <= row["mean_accuracy"] <= 1.0
@@ -50,7 +50,7 @@ def test_centralized_compares_scf_binary_search_and_filter(tmp_path):
   assert first["11.8"] is None  # the auto σ lets the largest budget afford every step
   assert first["2.0"] is not None and first["2.0"] <= (first["4.7"] or 10**9)
   assert filt["orders"]["2.0"] > filt["orders"]["4.7"] > filt["orders"]["11.8"] > 1
-  t3 = {(r["scenario"], r["method"]): r for r in summary["table3"]}
+  t3 = {(r["scenario"], r["method"]): r for r in summary["results"] if r["table"] == "table3"}
   assert t3["Group-100", "scf"]["distinct_budgets"] == 100
   assert t3["Group-3", "scf"]["distinct_budgets"] == 3
   assert t3["Individual-200", "binary_search"]["distinct_budgets"] == 200

@@ -33,7 +33,7 @@ def test_embedded_default_compares_idp_drop_and_ino_per_group(tmp_path):
   for label in ("IDP-SGD", "Drop 20%", "INO-SGD"):
     assert f"| {label} |" in out
   summary = json.load(open(tmp_path / "summary.json"))
-  rows = {r["label"]: r for r in summary["rows"]}
+  rows = {r["label"]: r for r in summary["results"]}
   assert set(rows) == {"IDP-SGD", "Drop 20%", "INO-SGD"}
   for r in rows.values():
     assert r["seeds"] == 2
@@ -63,7 +63,7 @@ def test_release_only_writes_no_diagnostics(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert not (tmp_path / "ino-sgd" / "seed0" / "diagnostics.csv").exists()
   summary = json.load(open(tmp_path / "summary.json"))
-  assert all("diagnostics" not in r for r in summary["runs"])
+  assert all("diagnostics" not in r for r in summary["details"]["runs"])
 
 
 @pytest.mark.slow
@@ -81,7 +81,7 @@ def test_presets_run_on_tiny_local_data(tmp_path, preset):
                *extra], tmp_path / "out")
   assert proc.returncode == 0, proc.stderr[-3000:]
   summary = json.load(open(tmp_path / "out" / "summary.json"))
-  rows = {r["label"]: r for r in summary["rows"]}
+  rows = {r["label"]: r for r in summary["results"]}
   if preset == "cm":
     assert len(rows["IDP-SGD"]["group_accuracy"]) == 10
     assert len(set(rows["IDP-SGD"]["thresholds"])) == 10   # SCALE: one C per owner

@@ -26,7 +26,7 @@ _PUBLIC = {
     "get_noise": "tff_idp.accounting.client.sample",
     "get_sample_rate": "tff_idp.accounting.client.sample",
     "get_group_clip_scales": "tff_idp.accounting.client.scale",
-    "PrivacyLedger": "tff_idp.accounting.client.ledger",
+    "GroupPrivacyLedger": "tff_idp.accounting.client.ledger",
     # rPDP-FL
     "build_rpdp_fedavg_process": "tff_idp.rpdp.client_work",
     "build_record_dp_client_work": "tff_idp.rpdp.client_work",
@@ -47,6 +47,10 @@ _PUBLIC = {
     "ExecutionRuntime": "tff_idp.execution.runtime",
     "execution_context": "tff_idp.execution.runtime",
     "RunPlugin": "tff_idp.engine.plugins",
+    # the one ledger interface and the DpEvents this toolkit adds
+    "PrivacyLedger": "tff_idp.accounting.ledger",
+    "TwoStageSampledDpEvent": "tff_idp.accounting.events",
+    "ShuffledLdpDpEvent": "tff_idp.accounting.events",
 }
 
 __all__ = sorted(_PUBLIC)

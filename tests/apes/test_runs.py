@@ -86,21 +86,6 @@ def test_training_settings_are_checked():
     apes_runs.ApesAccounting(delta=1.0)
 
 
-def test_round_accountant_reads_the_planned_ledger_and_resumes():
-  acc = apes_runs.ShuffleRoundAccountant(0.1, 2.0, [2.0, 3.0, 3.7])
-  acc.begin_round()
-  acc.end_round(["a"])
-  assert acc.metrics() == {"eps_c_round": 0.1, "eps_uc_round": 2.0, "eps_uc_total": 2.0}
-  state = acc.get_state()
-  other = apes_runs.ShuffleRoundAccountant(0.1, 2.0, [2.0, 3.0, 3.7])
-  other.set_state(state)
-  other.end_round([])
-  other.end_round([])
-  assert other.metrics()["eps_uc_total"] == 3.7
-  with pytest.raises(RuntimeError, match="planned for 3 rounds"):
-    other.begin_round()
-
-
 def test_mnist_users_default_count_fits_the_rarest_class(tmp_path):
   _fake_mnist(tmp_path, per_class=30)
   fed = shuffle_users.mnist_users(None, 12, str(tmp_path))

@@ -67,7 +67,7 @@ def _driver(setup, out_dir, fail_at_round=None, allow_overrun=False, calibrated=
     return train.create_tf_dataset_for_client(cid).shuffle(
         64, seed=round_num).batch(16)
 
-  ledger = ledger_lib.PrivacyLedger(
+  ledger = ledger_lib.GroupPrivacyLedger(
       plan.ledger.target_epsilons, plan.ledger.sampling_rates,
       plan.ledger.noise_multipliers, plan.ledger.delta, calibrated, "rdp",
       allow_overrun=allow_overrun)

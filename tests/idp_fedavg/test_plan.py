@@ -32,3 +32,19 @@ def test_percentages_that_do_not_sum_to_100_speak_of_percentages():
 def test_bad_specs_say_what_to_write(text, match):
   with pytest.raises(ValueError, match=match):
     privacy_plan.parse_run_spec(text, RATIOS, 3)
+
+
+@pytest.mark.parametrize("text", ["50-50", "scale-50-50"])
+def test_calibration_runs_once_per_run_specification(text):
+  """Seeds share Alg. 1's (or SCALE's) result; each seed gets its own groups and ledger."""
+  spec = privacy_plan.parse_run_spec(text, [0.5, 0.5], 2)
+  plans = [privacy_plan.make_privacy_plan(spec, [2.0, 8.0], 200, 10, 20, 1e-5, "rdp", seed)
+           for seed in (0, 1)]
+  calibrate = (privacy_plan._group_calibration if spec.mode == "idp"  # pylint: disable=protected-access
+               else privacy_plan._scale_calibration)  # pylint: disable=protected-access
+  before = calibrate.cache_info()
+  again = privacy_plan.make_privacy_plan(spec, [2.0, 8.0], 200, 10, 20, 1e-5, "rdp", 2)
+  assert calibrate.cache_info().hits == before.hits + 1
+  assert again.noise_multiplier == plans[0].noise_multiplier == plans[1].noise_multiplier
+  assert plans[0].ledger is not plans[1].ledger
+  assert (plans[0].client_groups != plans[1].client_groups).any()

@@ -50,3 +50,32 @@ def largest_feasible(g: Callable[[float], float], lo: float, hi: float,
         fa *= 0.5
       side = 1
   return math.exp(a)
+
+
+def secant_on_log(f: Callable[[float], "float | None"], x0: float, f0: float, target: float,
+                  *, max_steps: int, tol: float, first_step: float = 0.02,
+                  max_step: float = 0.3) -> tuple[float, list[tuple[float, float]]]:
+  """Secant steps towards f(x) = target from a known point (x0, f0 = f(x0)).
+
+  The one root-finding loop that SAMPLE's solver uses where each evaluation
+  is costly (a refined search ε, or a fully verified set of rates): a first
+  step of at most ``first_step`` gives the secant a local slope, later steps
+  are clamped to ``max_step``, and the loop stops once |f − target| ≤ ``tol``,
+  when f stops changing, after ``max_steps`` evaluations, or when ``f``
+  returns None (the trial point is infeasible).
+
+  Returns ``(x_next, trials)``: the point after the last step (the converged
+  point on convergence) and every evaluated ``(x, f(x))``, in order.
+  """
+  x1 = x0 + max(-first_step, min(first_step, (target - f0) / 2.0))
+  trials: list[tuple[float, float]] = []
+  for _ in range(max_steps):
+    f1 = f(x1)
+    if f1 is None:
+      break
+    trials.append((x1, f1))
+    if abs(f1 - target) <= tol or f1 == f0:
+      break
+    step = (target - f1) * (x1 - x0) / (f1 - f0)
+    x0, f0, x1 = x1, f1, x1 + max(-max_step, min(max_step, step))
+  return x1, trials

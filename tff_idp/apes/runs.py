@@ -33,17 +33,19 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import math
 import os
 from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
+from tff_idp.accounting.events import ShuffledLdpDpEvent
+from tff_idp.accounting.shuffle.round_ledger import ShuffleRoundLedger
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.sampling import PoissonClientSampler
 from tff_idp.engine import fingerprint as fingerprint_lib
 from tff_idp.engine.driver import RoundDriver
+from tff_idp.engine import summary as summary_lib
 
 # framework -> (training run it reads its accuracy from, mechanism of that run)
 FRAMEWORKS = collections.OrderedDict([
@@ -124,46 +126,6 @@ class ApesTraining:
       raise ValueError(f"keep_fraction={self.keep_fraction} must lie in (0, 1].")
 
 
-class ShuffleRoundAccountant:
-  """The driver's per-round ledger hook for a shuffle-model run.
-
-  The shuffle ledger's values depend only on the ε multiset, n, d and the
-  round number (full participation, no sampling), so they are computed once
-  (``per_round``: the ledger's one-round figures, ``cumulative[t-1]``: user
-  level after t rounds) and each round's metrics read them off; they are
-  release columns (``metrics_depend_on_sampling = False``).
-  """
-  metrics_depend_on_sampling = False
-  metric_names = ("eps_c_round", "eps_uc_round", "eps_uc_total")
-
-  def __init__(self, eps_c_round: float, eps_uc_round: float, cumulative: Sequence[float]):
-    self.eps_c_round = float(eps_c_round)
-    self.eps_uc_round = float(eps_uc_round)
-    self.cumulative = [float(v) for v in cumulative]
-    self.rounds = 0
-
-  def begin_round(self) -> None:
-    if self.rounds >= len(self.cumulative):
-      raise RuntimeError(
-          f"the ledger was planned for {len(self.cumulative)} rounds; round "
-          f"{self.rounds + 1} would exceed it.")
-
-  def end_round(self, cohort) -> None:
-    del cohort
-    self.rounds += 1
-
-  def metrics(self) -> dict:
-    total = self.cumulative[self.rounds - 1] if self.rounds else 0.0
-    return {"eps_c_round": self.eps_c_round, "eps_uc_round": self.eps_uc_round,
-            "eps_uc_total": total}
-
-  def get_state(self) -> dict:
-    return {"rounds": self.rounds}
-
-  def set_state(self, state: Optional[dict]) -> None:
-    self.rounds = int((state or {}).get("rounds", 0))
-
-
 def run_epsilons(framework: str, epsilons: np.ndarray) -> np.ndarray:
   """Each user's local ε in the training run behind ``framework`` (None: no noise)."""
   run, mechanism = FRAMEWORKS[framework]
@@ -197,7 +159,7 @@ def user_input_fn(federation: UserFederation, epsilons: np.ndarray, training: Ap
 
 def run_training(run: str, mechanism: str, federation: UserFederation,
                  epsilons: np.ndarray, training: ApesTraining, run_seed: int,
-                 output_dir: str, accountant: Optional[ShuffleRoundAccountant],
+                 output_dir: str, accountant: Optional[ShuffleRoundLedger],
                  evaluate_fn: Optional[Callable[[Any], dict]] = None,
                  eval_every: int = 1, checkpoint_every: int = 5, progress: bool = True,
                  insecure_reproducible_noise: bool = False, restart: bool = False,
@@ -245,7 +207,7 @@ def run_training(run: str, mechanism: str, federation: UserFederation,
           data={"records": fingerprint_lib.records_identity(federation.x, federation.y)},
           model=fingerprint_lib.keras_model_identity(keras_builder()),
           run_seed=run_seed, insecure_reproducible_noise=insecure_reproducible_noise),
-      record_accountant=accountant, privacy_randomness=randomness, restart=restart)
+      ledger=accountant, privacy_randomness=randomness, restart=restart)
   _, rows = driver.run(training.rounds)
   return rows
 
@@ -393,8 +355,11 @@ def run_frameworks(frameworks: Sequence[str], federation: UserFederation,
         # coordinates, so the user's budget handed to Alg. 2 is b·ε (the paper's
         # Table 3 lists ε^{ul} = b·ε for S-APES).
         run_eps = run_eps * keep
-      accountant = None if mechanism == "none" else ShuffleRoundAccountant(
-          ledger["eps_c"], ledger["eps_uc_round"], ledger["eps_uc_cumulative"])
+      accountant = None if mechanism == "none" else ShuffleRoundLedger(
+          ledger["eps_c"], ledger["eps_uc_round"], ledger["eps_uc_cumulative"],
+          ShuffledLdpDpEvent(tuple(float(e) for e in run_eps), federation.num_params,
+                             keep if framework in SAPES_SELECTION else None,
+                             SAPES_SELECTION.get(framework, "all")))
       rows_of_run = run_training(
           run, mechanism, federation, run_eps, training, run_seed,
           os.path.join(output_dir, run), accountant, evaluate, eval_every=eval_every,
@@ -492,13 +457,15 @@ def plot(rows: Sequence[dict], path: str) -> None:
 
 
 def write_summary(rows: Sequence[dict], training: ApesTraining, accounting: ApesAccounting,
-                  output_dir: str, config: Optional[dict] = None) -> str:
+                  output_dir: str, config: Optional[dict] = None,
+                  privacy_warning: Optional[str] = None) -> str:
   """Writes ``summary.md``, ``summary.json`` and ``accuracy.png``; returns the table."""
   table = format_table(rows, training, accounting)
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")
-  with open(os.path.join(output_dir, "summary.json"), "w") as f:
-    json.dump({"config": config or {}, "rows": list(rows)}, f, indent=1, default=str)
+  summary_lib.write_summary(output_dir, "apes", config or {},
+                            [dict(r, label=LABELS[r["framework"]]) for r in rows],
+                            privacy_warning=privacy_warning)
   plot(rows, os.path.join(output_dir, "accuracy.png"))
   return table

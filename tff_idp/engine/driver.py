@@ -55,7 +55,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import tqdm
 
-from tff_idp.accounting.client.ledger import PrivacyLedger
+from tff_idp.accounting.ledger import PrivacyLedger
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.sampling import PoissonClientSampler
@@ -110,7 +110,14 @@ class RoundDriver:
     sampler: who participates in each round.
     client_input_fn: ``(client_id, round) -> client input`` (e.g. a dataset).
     output_dir: metrics.csv (release), diagnostics.csv, tensorboard/, checkpoints/.
-    ledger: privacy ledger (None for non-private runs).
+    ledger: the run's privacy ledger (:class:`tff_idp.accounting.ledger.PrivacyLedger`:
+      per group for IDP-FedAvg, per record for rPDP-FL, per round for APES;
+      None for non-private runs). Its ``check_budget`` runs before a run,
+      ``begin_round()`` before the cohort is sampled (a pre-check; rPDP-FL's
+      ledger excludes records there and ``client_input_fn`` reads the
+      resulting rates), ``end_round(cohort)`` after the round; its
+      ``metrics`` go into the metric rows (diagnostics when
+      ``metrics_depend_on_sampling``) and its state into every checkpoint.
     group_names: names of the ledger's groups, for metric columns.
     evaluate_fn: ``model_weights -> {"loss": .., "accuracy": ..}``.
     eval_every / checkpoint_every: in rounds (the last round always does both).
@@ -127,13 +134,8 @@ class RoundDriver:
       and the example-weighted mean weights by 0, so results are unchanged;
       but TFF then sees a handful of cohort sizes instead of one per round,
       which keeps its per-cardinality executors (memory, time) bounded.
-    record_accountant: per-record budget accountant (rPDP-FL §6.2), e.g.
-      ``tff_idp.accounting.record.ledger.RecordBudgetAccountant``: its
-      ``begin_round()`` runs before the cohort is sampled (pre-check and
-      exclusion; ``client_input_fn`` reads the resulting rates), its
-      ``end_round(cohort)`` after the round, its ``metrics()`` go into the
-      metric rows (diagnostics when ``metrics_depend_on_sampling``) and its
-      state into every checkpoint.
+    process_diagnostics: further ``train/<name>`` measurements of the process
+      written as diagnostics (rPDP-FL's client work: ``RECORD_LEVEL_FIELDS``).
     privacy_randomness: the run's secret randomness
       (``tff_idp.engine.privacy_randomness``), checkpointed and restored on resume
       so that client seeds derived from it continue exactly. When it is the
@@ -162,7 +164,7 @@ class RoundDriver:
   tensorboard: bool = True
   padding_input_fn: Optional[Callable[[], Any]] = None
   pad_multiple: int = 8
-  record_accountant: Optional[Any] = None
+  process_diagnostics: Sequence[str] = ()
   privacy_randomness: Optional[PrivacyRandomness] = None
   release_only: bool = False
   eval_metrics: Sequence[str] = ()
@@ -171,8 +173,6 @@ class RoundDriver:
   def __post_init__(self):
     if self.eval_every < 1 or self.checkpoint_every < 1:
       raise ValueError("eval_every and checkpoint_every must be >= 1.")
-    if self.ledger is not None and len(self.group_names) != self.ledger.num_groups:
-      self.group_names = [f"group{p}" for p in range(self.ledger.num_groups)]
     self._restarted = False
     self._fingerprint_fields: Optional[dict] = None
     self._fingerprint: Optional[str] = None
@@ -183,16 +183,15 @@ class RoundDriver:
 
   def _fields(self) -> tuple[list[str], Optional[list[str]]]:
     """(release columns, diagnostic columns or None in release-only mode)."""
-    release = RELEASE_FIELDS + [f"epsilon_{g}" for g in self.group_names]
-    release += [f for f in self._eval_columns() if f not in release]
-    diagnostics = list(DIAGNOSTIC_FIELDS)
-    if self.record_accountant is not None:
-      diagnostics += RECORD_LEVEL_FIELDS
-      ledger_fields = list(self.record_accountant.metric_names)
-      if getattr(self.record_accountant, "metrics_depend_on_sampling", True):
+    release = list(RELEASE_FIELDS)
+    diagnostics = list(DIAGNOSTIC_FIELDS) + list(self.process_diagnostics)
+    if self.ledger is not None:
+      ledger_fields = self.ledger.metric_names(self.group_names)
+      if self.ledger.metrics_depend_on_sampling:
         diagnostics += ledger_fields
       else:
         release += ledger_fields
+    release += [f for f in self._eval_columns() if f not in release]
     return release, (None if self.release_only else diagnostics)
 
   def _eval_columns(self) -> list[str]:
@@ -296,9 +295,11 @@ class RoundDriver:
           "--output_dir, or --restart to start fresh.")
     self.sampler.set_state(meta["sampler"])
     if self.ledger is not None:
-      self.ledger.set_state(meta["ledger"])
-    if self.record_accountant is not None:
-      self.record_accountant.set_state(meta["record_accountant"])
+      # Checkpoints written before the one ledger interface kept a record-level
+      # ledger's state under "record_accountant".
+      ledger_state = meta.get("ledger")
+      self.ledger.set_state(ledger_state if ledger_state is not None
+                            else meta.get("record_accountant"))
     if self.privacy_randomness is not None:
       self.privacy_randomness.set_state(meta.get("privacy_randomness"))
     logging.info("resumed from round %d (%s)", last, self.checkpoint_dir)
@@ -310,8 +311,6 @@ class RoundDriver:
         "fingerprint_fields": self._fingerprint_fields,
         "sampler": self.sampler.get_state(),
         "ledger": self.ledger.get_state() if self.ledger is not None else None,
-        "record_accountant": (self.record_accountant.get_state()
-                              if self.record_accountant is not None else None),
         # Secret: a checkpoint is as sensitive as the raw data.
         "privacy_randomness": (self.privacy_randomness.get_state()
                                if self.privacy_randomness is not None else None),
@@ -363,9 +362,7 @@ class RoundDriver:
         module docstring for the choices).
     """
     if self.ledger is not None:
-      self.ledger.check_can_run(0)
-      if total_rounds > self.ledger.calibrated_rounds and not self.ledger.allow_overrun:
-        self.ledger.check_can_run(total_rounds - self.ledger.rounds_done)
+      self.ledger.check_budget(total_rounds)
     with OutputDirLock(self.output_dir):
       return self._run_locked(total_rounds)
 
@@ -390,11 +387,9 @@ class RoundDriver:
                     unit="round", dynamic_ncols=True)
     try:
       for round_num in range(start + 1, total_rounds + 1):
-        if self.ledger is not None:
-          self.ledger.check_can_run(1)
         t0 = time.perf_counter()
-        if self.record_accountant is not None:
-          self.record_accountant.begin_round()
+        if self.ledger is not None:
+          self.ledger.begin_round()
         cohort = self.sampler.sample()
         inputs = [self.client_input_fn(cid, round_num) for cid in cohort]
         if self.padding_input_fn is not None:
@@ -403,9 +398,7 @@ class RoundDriver:
         output = self.process.next(state, inputs)
         state = output.state
         if self.ledger is not None:
-          self.ledger.record_round()
-        if self.record_accountant is not None:
-          self.record_accountant.end_round(cohort)
+          self.ledger.end_round(cohort)
         flat = _flatten(output.metrics)
         row = {
             "round": round_num,
@@ -421,16 +414,11 @@ class RoundDriver:
             "nonfinite_updates": _pick(flat, "diagnostics/nonfinite_updates"),
             "invalid_clip_scales": _pick(flat, "diagnostics/invalid_clip_scales"),
         }
-        if self.record_accountant is not None:
-          for name in RECORD_LEVEL_FIELDS:
-            row[name] = _pick(flat, f"train/{name}")
-          row.update(self.record_accountant.metrics())
+        for name in self.process_diagnostics:
+          row[name] = _pick(flat, f"train/{name}")
         evaluating = round_num % self.eval_every == 0 or round_num == total_rounds
-        # RDP ε is cheap (cached per-step RDP, scaled); a PLD composition costs
-        # ~1 s per group, so PLD ledgers are read on evaluation rounds only.
-        if self.ledger is not None and (self.ledger.accountant == "rdp" or evaluating):
-          for name, eps in zip(self.group_names, self.ledger.spent()):
-            row[f"epsilon_{name}"] = eps
+        if self.ledger is not None:
+          row.update(self.ledger.metrics(self.group_names, evaluating))
         if self.evaluate_fn is not None and evaluating:
           result = self.evaluate_fn(self.process.get_model_weights(state))
           row["eval_loss"] = result.get("loss")

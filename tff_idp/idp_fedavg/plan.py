@@ -14,6 +14,7 @@ Run specs (the experiment modules' ``--runs`` flag):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Optional, Sequence
 
@@ -22,7 +23,7 @@ import numpy as np
 from tff_idp.accounting.client import sample
 from tff_idp.accounting.client import scale
 from tff_idp.accounting import validation
-from tff_idp.accounting.client.ledger import PrivacyLedger
+from tff_idp.accounting.client.ledger import GroupPrivacyLedger
 from tff_idp.engine.sampling import assign_privacy_groups
 
 
@@ -76,7 +77,7 @@ class PrivacyPlan:
   noise_multiplier: Optional[float]          # None: non-private
   expected_clients_per_round: float
   client_clip_scales: Optional[np.ndarray]   # SCALE only
-  ledger: Optional[PrivacyLedger]
+  ledger: Optional[GroupPrivacyLedger]
   group_rates: tuple[float, ...] = ()
   group_sizes: tuple[int, ...] = ()
   # E[Σ_i s_i] per round, the aggregator's clip-bit normaliser (SCALE only).
@@ -100,6 +101,28 @@ class PrivacyPlan:
     }
 
 
+@functools.lru_cache(maxsize=32)
+def _group_calibration(budgets: tuple, sizes: tuple, delta: float, rounds: int,
+                       clients_per_round: float, accountant: str, max_rate: float
+                       ) -> sample.GroupCalibration:
+  """Alg. 1 once per run specification: every seed of a run shares it.
+
+  The calibration depends on the budgets and group sizes only, not on which
+  clients a seed puts in which group; the result is immutable.
+  """
+  return sample.get_group_sampling_rates(list(budgets), list(sizes), delta, rounds,
+                                         clients_per_round, accountant, max_rate)
+
+
+@functools.lru_cache(maxsize=32)
+def _scale_calibration(budgets: tuple, sizes: tuple, delta: float, rounds: int,
+                       clients_per_round: float, accountant: str
+                       ) -> scale.ScaleCalibration:
+  """SCALE's calibration once per run specification (see ``_group_calibration``)."""
+  return scale.get_group_clip_scales(list(budgets), list(sizes), delta, rounds,
+                                     clients_per_round, accountant)
+
+
 def make_privacy_plan(spec: RunSpec, budgets: Sequence[float], num_clients: int,
                       clients_per_round: float, rounds: int, delta: float,
                       accountant: str, seed: int, allow_overrun: bool = False,
@@ -113,17 +136,17 @@ def make_privacy_plan(spec: RunSpec, budgets: Sequence[float], num_clients: int,
   sizes = validation.group_sizes_from_ratios(spec.ratios, num_clients)
   groups = assign_privacy_groups(num_clients, spec.ratios, seed)
   if spec.mode == "idp":
-    cal = sample.get_group_sampling_rates(budgets, sizes, delta, rounds,
-                                          clients_per_round, accountant, max_rate)
-    ledger = PrivacyLedger(cal.target_epsilons, cal.sampling_rates,
+    cal = _group_calibration(tuple(float(b) for b in budgets), tuple(int(n) for n in sizes),
+                             delta, rounds, clients_per_round, accountant, max_rate)
+    ledger = GroupPrivacyLedger(cal.target_epsilons, cal.sampling_rates,
                            [cal.noise_multiplier] * len(sizes), delta, rounds,
                            accountant, allow_overrun)
     return PrivacyPlan(spec, groups, np.asarray(cal.sampling_rates)[groups],
                        cal.noise_multiplier, cal.expected_clients_per_round, None,
                        ledger, cal.sampling_rates, cal.group_sizes)
-  cal = scale.get_group_clip_scales(budgets, sizes, delta, rounds, clients_per_round,
-                                    accountant)
-  ledger = PrivacyLedger(cal.target_epsilons, [cal.sampling_rate] * len(sizes),
+  cal = _scale_calibration(tuple(float(b) for b in budgets), tuple(int(n) for n in sizes),
+                           delta, rounds, clients_per_round, accountant)
+  ledger = GroupPrivacyLedger(cal.target_epsilons, [cal.sampling_rate] * len(sizes),
                          list(cal.effective_noise_multipliers), delta, rounds,
                          accountant, allow_overrun)
   return PrivacyPlan(spec, groups, np.full(num_clients, cal.sampling_rate),

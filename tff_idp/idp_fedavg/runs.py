@@ -19,7 +19,6 @@ debugging, and labels every output NOT PRIVATE.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -41,6 +40,7 @@ from tff_idp.engine import paired_stats
 from tff_idp.idp_fedavg import plan as privacy_plan
 from tff_idp.engine.driver import RoundDriver
 from tff_idp.engine.plugins import RunPlugin
+from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.metrics import read_metrics
 from tff_idp.idp_fedavg.process import build_idp_fedavg_process
 from tff_idp.idp_fedavg.process import scaled_client_data
@@ -343,8 +343,7 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
       process.close()
     row = dict(plan_summary, seeds=list(config.seeds), final_accuracies=finals,
                mean_accuracy=float(np.mean(finals)),
-               std_accuracy=float(np.std(finals, ddof=1)) if len(finals) > 1
-               else 0.0,
+               std_accuracy=summary_lib.sample_sd(finals),
                epsilon_spent=list(eps_spent) if eps_spent else None,
                history=[[r["round"], r["eval_accuracy"]] for r in histories[0]
                         if r["eval_accuracy"] is not None],
@@ -610,10 +609,9 @@ def write_summary(config: TrainingConfig, results: list[dict],
                   plugins: Sequence[RunPlugin] = ()) -> None:
   os.makedirs(config.output_dir, exist_ok=True)
   warning = NOT_PRIVATE_LABEL if config.insecure_reproducible_noise else None
-  with open(os.path.join(config.output_dir, "summary.json"), "w") as f:
-    json.dump(dict({"privacy_warning": warning} if warning else {},
-                   config=dataclasses.asdict(config), results=results), f, indent=1,
-              default=lambda x: None if isinstance(x, float) and math.isinf(x) else str(x))
+  summary_lib.write_summary(config.output_dir, "idp_fedavg", dataclasses.asdict(config),
+                            [dict(r, label=r["run"]) for r in results],
+                            privacy_warning=warning)
   table = format_table(config, results, plugins)
   with open(os.path.join(config.output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")

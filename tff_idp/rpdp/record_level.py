@@ -36,6 +36,7 @@ from tff_idp.errors import ToolkitValueError
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.sampling import PoissonClientSampler
 from tff_idp.engine import fingerprint as fingerprint_lib
+from tff_idp.engine.driver import RECORD_LEVEL_FIELDS
 from tff_idp.engine.driver import RoundDriver
 
 
@@ -214,7 +215,7 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
           insecure_reproducible_noise=insecure_reproducible_noise),
       restart=restart,
       padding_input_fn=empty_input_fn(federation, with_canaries=canaries is not None),
-      record_accountant=accountant,
+      ledger=accountant, process_diagnostics=RECORD_LEVEL_FIELDS,
       privacy_randomness=randomness, release_only=release_only,
       eval_metrics=tuple(eval_metrics))
   state, rows = driver.run(plan.params.rounds)

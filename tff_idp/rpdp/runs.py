@@ -23,7 +23,7 @@ import collections
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -36,6 +36,7 @@ from tff_idp.engine import evaluation
 from tff_idp.engine import group_metrics
 from tff_idp.rpdp import record_level
 from tff_idp.engine.metrics import read_metrics
+from tff_idp.engine import summary as summary_lib
 
 # The defaults of an rPDP-FL run, shared by ``experiments.rpdp``'s flags and
 # ``tff_idp.runners.run_rpdp`` so that the CLI and the library run the same
@@ -315,7 +316,7 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
           progress=progress, **run_kwargs)
     results.append({
         "method": method, "final_accuracies": finals,
-        "mean_accuracy": float(np.mean(finals)), "std_accuracy": float(np.std(finals)),
+        "mean_accuracy": float(np.mean(finals)), "std_accuracy": summary_lib.sample_sd(finals),
         "mean_expected_batch": float(expected), "records_q0": int(np.sum(all_q == 0)),
         "excluded_at_end": (None if withheld else
                             accountant.metrics()["records_excluded"] if accountant else 0),
@@ -373,10 +374,9 @@ def write_record_plan(plans: Mapping[str, "record_level.RecordPlan"], params: Tw
 
 
 def write_summary(results: list[dict], num_seeds: int, output_dir: str,
-                  config: Optional[dict] = None) -> str:
+                  config: Optional[dict] = None, privacy_warning: Optional[str] = None) -> str:
   """Writes ``summary.md`` (the table), ``summary.json`` (config + rows) and
   ``accuracy.png`` into ``output_dir``; returns the table."""
-  import json  # pylint: disable=g-import-not-at-top
   table = format_table(results, num_seeds)
   audit_table = format_audit_table(results)
   if audit_table:
@@ -384,8 +384,9 @@ def write_summary(results: list[dict], num_seeds: int, output_dir: str,
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")
-  with open(os.path.join(output_dir, "summary.json"), "w") as f:
-    json.dump({"config": config or {}, "results": results}, f, indent=1, default=str)
+  summary_lib.write_summary(output_dir, "rpdp", config or {},
+                            [dict(r, label=r["method"]) for r in results],
+                            privacy_warning=privacy_warning)
   plot(results, os.path.join(output_dir, "accuracy.png"))
   return table
 

@@ -1,4 +1,4 @@
-"""PrivacyLedger against fresh dp-accounting accountants."""
+"""GroupPrivacyLedger against fresh dp-accounting accountants."""
 import json
 import math
 import warnings
@@ -9,7 +9,7 @@ from tff_idp.accounting.client import sample
 from tff_idp.accounting import validation
 from tff_idp.accounting.client.ledger import BudgetExhaustedError
 from tff_idp.accounting.client.ledger import BudgetOverrunWarning
-from tff_idp.accounting.client.ledger import PrivacyLedger
+from tff_idp.accounting.client.ledger import GroupPrivacyLedger
 
 
 from tests.independent_dp import dp_epsilon
@@ -22,7 +22,7 @@ def calibration():
 
 
 def make_ledger(cal, **kwargs):
-  return PrivacyLedger(
+  return GroupPrivacyLedger(
       target_epsilons=cal.target_epsilons, sampling_rates=cal.sampling_rates,
       noise_multipliers=[cal.noise_multiplier] * len(cal.sampling_rates),
       delta=cal.delta, calibrated_rounds=cal.rounds, accountant=cal.accountant,
@@ -61,7 +61,7 @@ def test_spent_at_calibrated_rounds_within_targets(calibration):
 
 def test_pld_ledger_equals_fresh_pld_accountant():
   q, sigma, rounds, delta = 0.02, 1.1, 60, 1e-5
-  ledger = PrivacyLedger([2.0, math.inf], [q, 1.0], [sigma, 0.0], delta, 100, "pld")
+  ledger = GroupPrivacyLedger([2.0, math.inf], [q, 1.0], [sigma, 0.0], delta, 100, "pld")
   spent = ledger.spent(rounds)
   assert spent[0] == pytest.approx(dp_epsilon(q, sigma, rounds, delta, "pld"), rel=1e-9)
   assert math.isinf(spent[1])  # σ = 0: no privacy
@@ -69,7 +69,7 @@ def test_pld_ledger_equals_fresh_pld_accountant():
 
 
 def test_degenerate_groups():
-  ledger = PrivacyLedger([1.0, math.inf, 1.0], [0.1, 0.5, 0.0], [1.0, 0.0, 1.0],
+  ledger = GroupPrivacyLedger([1.0, math.inf, 1.0], [0.1, 0.5, 0.0], [1.0, 0.0, 1.0],
                          1e-5, 10)
   spent = ledger.spent(5)
   assert spent[0] > 0 and math.isinf(spent[1]) and spent[2] == 0.0
@@ -152,6 +152,6 @@ def test_state_round_trip(calibration):
 
 def test_constructor_validation():
   with pytest.raises(ValueError, match="one sampling rate and noise multiplier per group"):
-    PrivacyLedger([1.0, 2.0], [0.1], [1.0, 1.0], 1e-5, 10)
+    GroupPrivacyLedger([1.0, 2.0], [0.1], [1.0, 1.0], 1e-5, 10)
   with pytest.raises(ValueError, match="not supported"):
-    PrivacyLedger([1.0], [0.1], [1.0], 1e-5, 10, accountant="gdp")
+    GroupPrivacyLedger([1.0], [0.1], [1.0], 1e-5, 10, accountant="gdp")

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tff_idp.accounting.client import sample
+from tff_idp.accounting.client import sample_rate
 from tff_idp.accounting import validation
 
 InfeasibleBudgetError = sample.InfeasibleBudgetError
@@ -487,18 +488,18 @@ def test_raising_a_rate_is_verified_and_cheap(accountant, eps, delta, sigma, rou
   the budget edge with a bounded number of exact evaluations, never above it."""
   q_edge = _cached_rate(eps, delta, sigma, rounds, accountant)
   calls = []
-  exact_epsilon = sample.exact.epsilon
+  exact_epsilon = sample_rate.exact.epsilon
 
   def counting(*args, **kwargs):
     calls.append(args[0])
     return exact_epsilon(*args, **kwargs)
 
-  monkeypatch.setattr(sample.exact, "epsilon", counting)
-  q, achieved = sample._tighten_rate(0.6 * q_edge, eps, sigma, rounds, delta,
+  monkeypatch.setattr(sample_rate.exact, "epsilon", counting)
+  q, achieved = sample_rate.tighten_rate(0.6 * q_edge, eps, sigma, rounds, delta,
                                      accountant)
   monkeypatch.undo()
   assert q == pytest.approx(q_edge, rel=1e-2)
-  assert len(calls) <= 1 + sample._RAISE_MAX_EVALS
+  assert len(calls) <= 1 + sample_rate._RAISE_MAX_EVALS
   assert achieved == dp_epsilon(q, sigma, rounds, delta, accountant) <= eps
 
 
@@ -515,3 +516,23 @@ def test_get_noise_is_the_smallest_feasible_sigma_when_the_search_is_loose():
   t_star = dp_largest_rate(eps, None, rounds, delta, "rdp", 1 / 0.3, 1 / 0.1,
                            eps_at=lambda t: dp_epsilon(q, 1 / t, rounds, delta, "rdp"))
   assert sigma == pytest.approx(1 / t_star, rel=1e-2)
+
+
+@pytest.mark.parametrize("budgets,sizes", [([2.0], [1]), ([1.0, 4.0], [3, 5])])
+def test_saturated_cohort_gets_the_smallest_noise_that_keeps_every_rate_at_one(budgets,
+                                                                                 sizes):
+  """c = N: every client joins every round, and σ ≤ max_p getNoise(ε_p, δ, 1, I).
+
+  The cohort is flat in σ once every rate is capped, so a root search alone
+  would return some larger σ on the flat part (found by the property test
+  above: 0.23% too much noise at ε = 2, one client).
+  """
+  delta, rounds = 1e-5, 50
+  cal = sample.get_group_sampling_rates(budgets, sizes, delta, rounds, sum(sizes))
+  assert cal.sampling_rates == (1.0,) * len(sizes)
+  expected = max(sample.get_noise(e, delta, 1.0, rounds) for e in budgets)
+  # getNoise stops tightening within 0.1% of the budget edge; never above it.
+  assert cal.noise_multiplier <= expected
+  assert cal.noise_multiplier == pytest.approx(expected, rel=2e-3)
+  for e, q in zip(budgets, cal.sampling_rates):
+    assert dp_epsilon(q, cal.noise_multiplier, rounds, delta, "rdp") <= e

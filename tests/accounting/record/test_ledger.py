@@ -213,7 +213,7 @@ def test_zero_rate_records_are_never_active_nor_counted_excluded():
   assert ledger.spent()[0] == 0.0
   m = ledger.metrics()
   assert m["records_active"] == 2 and m["records_excluded"] == 0
-  assert set(m) == set(RecordBudgetAccountant.metric_names)
+  assert set(m) == set(RecordBudgetAccountant.METRIC_NAMES)
   assert m["epsilon_spent_min"] == 0.0
   spent_by = ledger.spent_by_client()
   assert list(spent_by) == ["a"] and spent_by["a"].shape == (3,)

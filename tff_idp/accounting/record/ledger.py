@@ -34,11 +34,15 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+import dp_accounting
+
+from tff_idp.accounting import events
+from tff_idp.accounting.ledger import PrivacyLedger
 from tff_idp.accounting.record import rdp_two_stage
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 
 
-class RecordBudgetAccountant:
+class RecordBudgetAccountant(PrivacyLedger):
   """Tracks ε spent by every record and excludes records that cannot afford a round.
 
   Args:
@@ -60,7 +64,7 @@ class RecordBudgetAccountant:
       the effective budget would then not guarantee the record's own.
   """
 
-  metric_names: Sequence[str] = ("records_active", "records_excluded",
+  METRIC_NAMES: Sequence[str] = ("records_active", "records_excluded",
                                  "epsilon_spent_min", "epsilon_spent_mean",
                                  "epsilon_spent_max", "budget_used_max_vs_effective",
                                  "budget_used_max_vs_own", "budget_used_mean_vs_own")
@@ -161,14 +165,25 @@ class RecordBudgetAccountant:
         charged[self.active[s]] += 1
     self.rounds_done += 1
 
+  def round_events(self) -> list[dp_accounting.DpEvent]:
+    """One :class:`~tff_idp.accounting.events.TwoStageSampledDpEvent` per distinct active rate."""
+    p = self.params
+    rates = np.unique(self.rates[self.active & (self.rates > 0)])
+    return [events.TwoStageSampledDpEvent(p.client_rate, float(q), p.noise_multiplier,
+                                          p.local_steps, p.threat_model) for q in rates]
+
+  def metric_names(self, group_names: Sequence[str] = ()) -> list[str]:
+    del group_names  # per record, not per group
+    return list(self.METRIC_NAMES)
+
   @staticmethod
   def _usage(eps: np.ndarray, budgets: np.ndarray) -> np.ndarray:
     """spent / budget over the records with a finite budget (inf: no constraint)."""
     finite = np.isfinite(budgets)
     return eps[finite] / budgets[finite]
 
-  def metrics(self) -> dict:
-    """The ledger's columns (:attr:`metric_names`), as of the rounds charged so far.
+  def metrics(self, group_names: Sequence[str] = (), evaluating: bool = True) -> dict:
+    """The ledger's columns (:attr:`METRIC_NAMES`), as of the rounds charged so far.
 
     * ``records_active`` / ``records_excluded``: records still sampled, and
       records with q > 0 that the pre-check has excluded;
@@ -185,6 +200,7 @@ class RecordBudgetAccountant:
 
     Ratios cover the records with a finite budget; with none, they are 0.
     """
+    del group_names, evaluating  # every round, cheap
     eps = self.spent()
     vs_effective = self._usage(eps, self.budgets)
     vs_own = self._usage(eps, self.own_budgets)

@@ -1,0 +1,32 @@
+"""The APES round ledger behind the round driver (the one PrivacyLedger interface)."""
+import dp_accounting
+import pytest
+
+from tff_idp.accounting.events import ShuffledLdpDpEvent
+from tff_idp.accounting.ledger import PrivacyLedger
+from tff_idp.accounting.shuffle.round_ledger import ShuffleRoundLedger
+
+
+def test_round_accountant_reads_the_planned_ledger_and_resumes():
+  acc = ShuffleRoundLedger(0.1, 2.0, [2.0, 3.0, 3.7])
+  acc.begin_round()
+  acc.end_round(["a"])
+  assert acc.metrics() == {"eps_c_round": 0.1, "eps_uc_round": 2.0, "eps_uc_total": 2.0}
+  state = acc.get_state()
+  other = ShuffleRoundLedger(0.1, 2.0, [2.0, 3.0, 3.7])
+  other.set_state(state)
+  other.end_round([])
+  other.end_round([])
+  assert other.metrics()["eps_uc_total"] == 3.7
+  with pytest.raises(RuntimeError, match="planned for 3 rounds"):
+    other.begin_round()
+
+
+def test_round_ledger_is_a_privacy_ledger_and_reports_its_event():
+  event = ShuffledLdpDpEvent((1.0, 2.0, 4.0), dimensions=7850, kept_coordinates=50,
+                             selection="random")
+  ledger = ShuffleRoundLedger(0.1, 2.0, [2.0], event)
+  assert isinstance(ledger, PrivacyLedger) and isinstance(event, dp_accounting.DpEvent)
+  assert ledger.round_events() == [event]
+  assert ledger.metric_names() == ["eps_c_round", "eps_uc_round", "eps_uc_total"]
+  assert not ledger.metrics_depend_on_sampling  # release columns
