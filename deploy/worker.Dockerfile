@@ -31,12 +31,12 @@ COPY setup.cfg setup.py ./
 COPY tff_idp ./tff_idp
 COPY datasets ./datasets
 RUN pip install --no-cache-dir --no-deps --no-build-isolation . \
- && python -c "import tff_idp.runtime as r, os; assert os.path.isfile(r.worker_binary_path())"
+ && python -c "import tff_idp.execution.runtime as r, os; assert os.path.isfile(r.worker_binary_path())"
 
 # Runs as an unprivileged user; SIGTERM (docker stop) stops the worker cleanly.
 RUN useradd --system --no-create-home tffworker
 USER tffworker
 ENV TF_CPP_MIN_LOG_LEVEL=2
 EXPOSE 8000
-ENTRYPOINT ["python", "-m", "tff_idp.worker"]
+ENTRYPOINT ["python", "-m", "tff_idp.execution.worker"]
 CMD ["--port=8000"]
