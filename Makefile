@@ -8,6 +8,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Test processes: one per core (pytest-xdist); each test file stays in one process,
+# so module fixtures are built once. TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: install demo test test-fast bench clean
 
@@ -28,7 +32,7 @@ demo: $(STAMP)
 	$(PY) -m experiments.idp_fedavg $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)

@@ -262,7 +262,7 @@ def _config(**kwargs):
 
 def test_auto_trains_large_models_in_process_and_small_ones_and_audits_in_tff():
   from tff_idp.idp_fedavg import runs  # pylint: disable=g-import-not-at-top
-  threshold = runs.IN_PROCESS_MIN_PARAMETERS
+  threshold = in_process.IN_PROCESS_MIN_PARAMETERS
   assert runs.resolved_client_execution(_config(), threshold) == "in_process"
   assert runs.resolved_client_execution(_config(), threshold - 1) == "tff"
   assert runs.resolved_client_execution(_config(audit_canaries=6), 10**6) == "tff"
@@ -298,3 +298,20 @@ def test_bad_execution_flags_fail_with_advice(tmp_path):
                                  "--rounds=1", "--num_clients=60"], [a for a, _ in cases])
   for result, (_, pattern) in zip(results, cases):
     flag_driver.assert_fails_with_advice(result, pattern)
+
+
+def test_library_default_is_the_fast_path_for_the_papers_cnn_and_equals_tff():
+  """build_idp_fedavg_process's default picks what the CLI's ``auto`` picks (issue 23).
+
+  The paper's CNN (≥ 10,000 parameters) trains in process; a small MLP as TFF
+  client computations. With the same seeded noise the default (in-process)
+  round equals the TFF round to float tolerance.
+  """
+  assert not isinstance(_build(MLP_FN, 0.5, "auto"), in_process.InProcessLearningProcess)
+  model_fn = _cnn_fn()
+  tff_cnn = _build(model_fn, 0.5, "tff")
+  # Built last: Keras invalidates models made outside a graph once another
+  # model is made inside one (as every TFF builder does).
+  default_cnn = _build(model_fn, 0.5, "auto")
+  assert isinstance(default_cnn, in_process.InProcessLearningProcess)
+  _rounds(tff_cnn, default_cnn, lambda r: _datasets(4, r, shape=CNN_SHAPE, examples=6), 2)

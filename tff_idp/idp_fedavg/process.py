@@ -73,7 +73,7 @@ def build_idp_fedavg_process(
     aggregator_kwargs: Optional[dict] = None,
     canary_client_work: Optional[Callable[[tff.learning.templates.ClientWorkProcess],
                                           tff.learning.templates.ClientWorkProcess]] = None,
-    client_execution: str = "tff",
+    client_execution: str = "auto",
     parallel_clients: Optional[int] = None,
 ) -> tff.learning.templates.LearningProcess:
   """IDP-FedAvg (Alg. 2) as a ``tff.learning.templates.LearningProcess``.
@@ -98,11 +98,20 @@ def build_idp_fedavg_process(
       client computations; ``"in_process"`` trains them in this Python
       process and runs the same aggregator and server update in TFF
       (:mod:`tff_idp.idp_fedavg.in_process`: same state, same results within
-      float tolerance, faster). Not with ``canary_client_work``.
+      float tolerance, faster). Not with ``canary_client_work``. The default
+      ``"auto"`` picks the way the experiments' ``--client_execution=auto``
+      does (:func:`~tff_idp.idp_fedavg.in_process.resolve_client_execution`):
+      in process from 10,000 trainable parameters up (the paper's CNN), TFF
+      client computations for smaller models and with canaries. Build an
+      in-process process after any other TFF process you build: Keras
+      invalidates models made outside a graph once another model is made
+      inside one, as every TFF builder does.
     parallel_clients: in-process only: clients trained at once, each on its
       own model copy (default :func:`tff_idp.idp_fedavg.in_process.default_parallel_clients`).
   """
-  in_process.check_client_execution(client_execution)
+  client_execution = in_process.resolve_client_execution(
+      client_execution, _num_trainable_parameters(model_fn) if client_execution == "auto"
+      else None, canaries=canary_client_work is not None)
   if parallel_clients is not None:
     in_process.check_parallel_clients(parallel_clients)
   if client_execution == "in_process" and canary_client_work is not None:
@@ -186,6 +195,12 @@ def _build_tff_process(
       aggregator.create(weights_type.trainable, tff.TensorType(np.float32)),
       tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                               weights_type))
+
+
+def _num_trainable_parameters(model_fn: ModelFn) -> int:
+  with tf.Graph().as_default():
+    model = model_fn()
+    return int(sum(np.prod(v.shape) for v in model.trainable_variables))
 
 
 def _initial_model_weights_fn(model_fn: ModelFn):

@@ -173,25 +173,11 @@ def validate(config: TrainingConfig, num_clients: int,
     raise ValueError(f"--audit_canaries={config.audit_canaries} must be >= 0 (0 = off).")
 
 
-# ``auto`` trains clients in process from this many trainable parameters up.
-# Measured (issue 14, 2 cores): the paper's CNN (28,298 parameters) trains a
-# round 1.3-1.6x faster in process; the main job's logistic regression
-# (610 parameters, ~30 steps per client) was ~25% slower in process (0.24 vs
-# 0.19 s per round), where per-step op dispatch, not arithmetic, dominates and
-# TFF's worker runs all the cohort's small client computations at once.
-IN_PROCESS_MIN_PARAMETERS = 10_000
-
-
 def resolved_client_execution(config: TrainingConfig,
                               num_parameters: Optional[int] = None) -> str:
   """``config.client_execution`` with ``auto`` resolved (see ``TrainingConfig``)."""
-  if config.client_execution != "auto":
-    return config.client_execution
-  if config.audit_canaries > 0:
-    return "tff"
-  if num_parameters is not None and num_parameters < IN_PROCESS_MIN_PARAMETERS:
-    return "tff"
-  return "in_process"
+  return in_process.resolve_client_execution(config.client_execution, num_parameters,
+                                             canaries=config.audit_canaries > 0)
 
 
 def _clip_kwargs(config: TrainingConfig) -> dict:
