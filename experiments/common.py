@@ -27,5 +27,8 @@ def validate(config: _runs.TrainingConfig, num_clients: int) -> None:
 
 def format_table(config: _runs.TrainingConfig, results: list[dict]) -> str:
   """:func:`tff_idp.idp_fedavg.runs.format_table` with the audit's table and labels."""
-  # The audit's table and labels come from the rows alone (empty without audit rows).
-  return _runs.format_table(config, results, [client_audit.ClientCanaryAudit.for_config(config)])
+  # The audit's table and labels come from the rows alone: no audit code runs
+  # for a run without canaries or controls.
+  audited = any(r.get("audit") or r.get("broken_control") for r in results)
+  plugins = [client_audit.ClientCanaryAudit.for_config(config)] if audited else []
+  return _runs.format_table(config, results, plugins)

@@ -39,3 +39,13 @@ def test_an_unknown_name_is_an_attribute_error():
     assert "no_such_name" in str(e)
   else:
     raise AssertionError("expected AttributeError")
+
+
+def test_readme_examples_use_only_the_public_api():
+  with open(os.path.join(ROOT, "README.md")) as f:
+    blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+  assert blocks
+  for block in blocks:
+    for line in block.splitlines():
+      if re.match(r"\s*(from|import)\s+tff_idp", line):
+        assert re.match(r"\s*import tff_idp\s*$", line), line

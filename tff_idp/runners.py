@@ -31,6 +31,13 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from tff_idp import array_checks
+from tff_idp import models
+from tff_idp import preferences
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.execution import runtime
+from tff_idp.idp_fedavg import runs as runs_lib
+from tff_idp.rpdp import record_level
+from tff_idp.rpdp import runs as record_runs
 from tff_idp.errors import ToolkitValueError
 
 
@@ -48,7 +55,6 @@ class RunResult:
 def _runtime(own_runtime: bool, device: str):
   if not own_runtime:
     return contextlib.nullcontext()
-  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
   return runtime.execution_context(device=device)
 
 
@@ -92,8 +98,6 @@ def run_idp_fedavg(split, *, output_dir: str,
       ``own_runtime=False``); see ``build_idp_fedavg_process``.
     Other arguments: as the ``experiments.idp_fedavg`` flags of the same names.
   """
-  from tff_idp import models  # pylint: disable=g-import-not-at-top
-  from tff_idp.idp_fedavg import runs as runs_lib  # pylint: disable=g-import-not-at-top
   shape, num_classes, rescale = _shape_and_classes(split)
   keras_builder = (model if callable(model) else
                    models.builder_for(shape, num_classes, model, head, rescale))
@@ -154,11 +158,6 @@ def run_rpdp(split, *, output_dir: str,
       those budgets; pass the cutoff of their specification to avoid it).
     Other arguments: as the ``experiments.rpdp`` flags of the same names.
   """
-  from tff_idp import models  # pylint: disable=g-import-not-at-top
-  from tff_idp import preferences  # pylint: disable=g-import-not-at-top
-  from tff_idp.accounting.record.rdp_two_stage import TwoStageParams  # pylint: disable=g-import-not-at-top
-  from tff_idp.rpdp import record_level  # pylint: disable=g-import-not-at-top
-  from tff_idp.rpdp import runs as record_runs  # pylint: disable=g-import-not-at-top
   shape, num_classes, rescale = _shape_and_classes(split)
   keras_builder = (model if callable(model) else
                    models.builder_for(shape, num_classes, model, head, rescale))

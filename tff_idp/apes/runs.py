@@ -40,6 +40,9 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from tff_idp.accounting.events import ShuffledLdpDpEvent
+from tff_idp.accounting.shuffle import ApesLedger
+from tff_idp.accounting.shuffle import clip_laplace_reference
+from tff_idp.accounting.shuffle import composition
 from tff_idp.accounting.shuffle.round_ledger import ShuffleRoundLedger
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.sampling import PoissonClientSampler
@@ -93,7 +96,6 @@ DISTRIBUTIONS = {"uniform1": "Uniform1", "uniform2": "Uniform2", "gauss1": "Gaus
 
 def draw_epsilons(distribution: str, users: int, seed: int) -> np.ndarray:
   """Each user's per-coordinate local ε from a Table 2 distribution, in random user order."""
-  from tff_idp.accounting.shuffle import clip_laplace_reference  # pylint: disable=g-import-not-at-top
   if distribution not in DISTRIBUTIONS:
     raise ValueError(f"distribution={distribution!r}; choose from {', '.join(DISTRIBUTIONS)}.")
   rng = np.random.default_rng(seed)
@@ -232,7 +234,6 @@ class ApesAccounting:
 def _no_shuffle_ledger(epsilon0: float, d: int, rounds: int, accounting: ApesAccounting,
                        paper_user_level: float) -> dict:
   """LDP without shuffling: ε^c is the local ε0 itself; user level composes d·t pure-ε0 releases."""
-  from tff_idp.accounting.shuffle import composition  # pylint: disable=g-import-not-at-top
   cumulative = [composition.exact(epsilon0, 0.0, d * t, accounting.delta).epsilon
                 for t in range(1, rounds + 1)]
   return {"eps_c": float(epsilon0), "delta_c": 0.0, "amplified": False,
@@ -244,7 +245,6 @@ def _no_shuffle_ledger(epsilon0: float, d: int, rounds: int, accounting: ApesAcc
 def _shuffle_ledger(epsilons: np.ndarray, d: int, keep: Optional[int], rounds: int,
                     accounting: ApesAccounting, bound: str,
                     selection: Optional[str] = None) -> dict:
-  from tff_idp.accounting.shuffle import ApesLedger  # pylint: disable=g-import-not-at-top
   ledger = ApesLedger(epsilons, d, accounting.shuffle_delta, accounting.delta, b=keep,
                       bound=bound, selection=selection)
   r = ledger.round_account()
@@ -279,7 +279,6 @@ def framework_ledger(framework: str, epsilons: np.ndarray, d: int, keep: int, ro
   as its table). APES and S-APES use ``accounting.bound`` and also carry the
   EoN value as published (``eps_c_eon_paper``) for comparison with the paper.
   """
-  from tff_idp.accounting.shuffle import composition  # pylint: disable=g-import-not-at-top
   eps = np.asarray(epsilons, np.float64)
   lo, hi = float(eps.min()), float(eps.max())
   row = {"eps_local_min": lo, "eps_local_max": hi}

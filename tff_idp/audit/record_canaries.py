@@ -47,12 +47,17 @@ import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
+import tensorflow_federated as tff
 
 from tff_idp.accounting.record import rdp_two_stage
 from tff_idp.accounting.record import calibration as record_calibration
 from tff_idp.accounting.record.plan import RecordPlan
+from tff_idp.audit import canary_replacement
 from tff_idp.audit import directions
 from tff_idp.audit import estimator
+from tff_idp.rpdp import dp_sgd
+from tff_idp.rpdp import record_level
+from tff_idp.rpdp.client_work import build_rpdp_fedavg_process
 
 MIN_PER_LEVEL = 4
 """Canaries per level at least: 2 inserted and 2 held out (a Gaussian fit each)."""
@@ -366,10 +371,6 @@ def build_audit_process(model_fn: Callable[[], Any], plan: RecordPlan,
   (σ·scale; 0 = no noise) while the plan and its ledger keep σ: for
   validating the audit only.
   """
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_idp.audit import canary_replacement  # pylint: disable=g-import-not-at-top  (TensorFlow)
-  from tff_idp.rpdp import dp_sgd  # pylint: disable=g-import-not-at-top
-  from tff_idp.rpdp.client_work import build_rpdp_fedavg_process  # pylint: disable=g-import-not-at-top
   if not noise_multiplier_scale >= 0:
     raise ValueError(f"noise_multiplier_scale={noise_multiplier_scale} must be >= 0.")
   return build_rpdp_fedavg_process(
@@ -410,7 +411,6 @@ def run_record_audit(model_fn: Callable[[], Any], federation: Any, plan: RecordP
   ``noise_multiplier_scale`` and ``rate_scale`` break the mechanism on
   purpose (the ledger keeps the plan's σ and rates): validation only.
   """
-  from tff_idp.rpdp import record_level  # pylint: disable=g-import-not-at-top
   canaries = make_record_canaries(plan, federation, num_canaries, audit_seed=audit_seed,
                                   levels=levels, clients=clients, rate_scale=rate_scale)
   if process is None:

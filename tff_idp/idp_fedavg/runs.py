@@ -35,6 +35,7 @@ from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.sampling import PoissonClientSampler
 from tff_idp.engine import evaluation
+from tff_idp.engine import fingerprint
 from tff_idp.idp_fedavg import in_process
 from tff_idp.engine import paired_stats
 from tff_idp.idp_fedavg import plan as privacy_plan
@@ -419,7 +420,6 @@ def _fingerprint_config(config: TrainingConfig, plan: Optional[privacy_plan.Priv
   the insecure-noise mode. Not: output_dir, runs, seeds (the list),
   eval_every, checkpoint_every, progress, release_only.
   """
-  from tff_idp.engine import fingerprint  # pylint: disable=g-import-not-at-top
   not_fingerprinted = ("runs", "seeds", "output_dir", "eval_every", "checkpoint_every",
                        "progress", "release_only", "insecure_reproducible_noise",
                        "restart")

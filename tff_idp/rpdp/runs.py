@@ -30,6 +30,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp import models
+from tff_idp.accounting.record import rdp_two_stage
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.rpdp.client_work import build_rpdp_fedavg_process
 from tff_idp.engine import evaluation
@@ -349,7 +350,6 @@ def write_record_plan(plans: Mapping[str, "record_level.RecordPlan"], params: Tw
   a record's budget is its label's): keep the file with the diagnostics, not
   the release.
   """
-  from tff_idp.accounting.record import rdp_two_stage  # pylint: disable=g-import-not-at-top
   path = os.path.join(output_dir, RECORD_PLAN_FILE)
   os.makedirs(output_dir, exist_ok=True)
   with open(path + ".tmp", "w") as f:

@@ -30,6 +30,7 @@ from typing import Optional
 import numpy as np
 
 from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record import binary_search
 from tff_idp.accounting.record import scf
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.errors import TffIdpError
@@ -235,7 +236,6 @@ def calibrate_record_rates(budgets: np.ndarray, params: TwoStageParams,
     if np.any(lowered_u):
       q_u[lowered_u] = exact_rates(solve_for[lowered_u], params)
   elif method == "binary_search":
-    from tff_idp.accounting.record import binary_search  # pylint: disable=g-import-not-at-top
     q_u[finite] = binary_search.binary_search_rates(solve_for[finite], params)
   else:
     q_u[finite] = exact_rates(solve_for[finite], params)

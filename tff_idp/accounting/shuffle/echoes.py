@@ -29,6 +29,8 @@ from typing import Tuple
 
 import numpy as np
 
+from tff_idp.accounting.shuffle import clip_laplace_reference as clap
+
 __all__ = [
     "a_factor", "b_factor", "lemma4", "lemma4_matrix", "exact_clone_probability",
     "EonSums", "eon_sums", "eon_sums_quadratic", "column", "ColumnSums",
@@ -156,7 +158,6 @@ def grid_infimum(eps_other: float, eps_target: float, clip: float = 1.0,
   A grid minimum is ≥ the true infimum; the grid contains the extremal points
   y = ±C, x = z = ±C, so here it equals :func:`exact_clone_probability`.
   """
-  from tff_idp.accounting.shuffle import clip_laplace_reference as clap
   g = np.linspace(-clip, clip, int(points))
   other = clap.density(g[None, :], g[:, None], eps_other, clip)   # [y, z]
   target = clap.density(g[None, :], g[:, None], eps_target, clip)  # [x, z]
