@@ -209,7 +209,7 @@ def main(argv):
       {"audit_canaries": _CANARIES.value, "seeds": _SEEDS.value, "rounds": _ROUNDS.value,
        "clients_per_round": _CLIENTS_PER_ROUND.value, "num_clients": _NUM_CLIENTS.value,
        "hidden": _HIDDEN.value, "delta": _DELTA.value},
-      [dict({k: v for k, v in r.items() if k != "history"}, label=r.get("label", r["run"]))
+      [dict({k: v for k, v in r.items() if k != "history"}, label=r["run"])
        for r in rows], privacy_warning=privacy_flags.warning())
   audit_report.plot_audit([r for r in rows if r.get("audit")],
                           os.path.join(output_dir, "audit.png"),

@@ -149,6 +149,10 @@ _USERS_PER_SILO = flags.DEFINE_integer("users_per_silo", 40,
 _IID = flags.DEFINE_bool("iid", True, "synthetic: Synthetic IID (else Synthetic(0.5, 0.5)).")
 _DATA_SEED = flags.DEFINE_integer("data_seed", 0, "Seed of the federation.")
 _BUDGET_SEED = flags.DEFINE_integer("budget_seed", 0, "Seed of the budget assignment.")
+_FRESH_BUDGETS = flags.DEFINE_bool(
+    "fresh_budgets_per_seed", False,
+    "Draw the records' budgets afresh for every training seed (from --budget_seed and the "
+    "seed); each seed's plan goes to record_plan_seed<s>.csv. Not with --distribution=by_class.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1"], "Training seeds (results are averaged).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/rpdp", "Where results go.")
 _EVAL_EVERY = flags.DEFINE_integer("eval_every", record_runs.DEFAULTS["eval_every"],
@@ -299,6 +303,10 @@ def main(argv):
     if _CLASS_BUDGETS.value and not by_class:
       raise ValueError(f"--class_budgets is only used with --distribution=by_class (not "
                        f"{_DISTRIBUTION.value}); drop it or set --distribution=by_class.")
+    if _FRESH_BUDGETS.value and by_class:
+      raise ValueError("--fresh_budgets_per_seed draws budgets from a distribution; under "
+                       "--distribution=by_class every record's budget is its class's, so "
+                       "there is nothing to draw again: drop one of them.")
     if _AUDIT_CANARIES.value < 0:
       raise ValueError(f"--audit_canaries={_AUDIT_CANARIES.value} must be >= 0.")
     audit_levels = None
@@ -351,6 +359,11 @@ def main(argv):
       described = f"by_class ({','.join(_CLASS_BUDGETS.value)})"
       budgets = preferences.class_record_budgets(federation.records.y, class_budgets)
       dropout_cutoff = preferences.class_budget_cutoff(class_budgets)
+    elif _FRESH_BUDGETS.value:
+      sizes = federation.records.sizes
+      budgets = lambda seed: preferences.assign_record_budgets(  # noqa: E731
+          distribution, sizes, preferences.per_seed_budget_seed(_BUDGET_SEED.value, seed))
+      dropout_cutoff = preferences.expected_budget(distribution)
     else:
       budgets = preferences.assign_record_budgets(distribution, federation.records.sizes,
                                                   _BUDGET_SEED.value)

@@ -154,6 +154,8 @@ def test_rpdp_by_class_budgets_report_per_group_utility(tmp_path):
 # Every bad flag set is checked by calling main() in ONE subprocess (one
 # TensorFlow import for all of them); each must exit 2 with advice, fast.
 BAD_FLAGS = [
+    (["--fresh_budgets_per_seed", "--distribution=by_class", "--class_budgets=0-9:1"],
+     "nothing to draw again"),
     (["--client_rate=1.5"], r"client sampling rate λ must be a finite number > 0 and <= 1"),
     (["--noise_multiplier=0"], "noise_multiplier"),
     (["--delta=2"], "delta"),

@@ -1,6 +1,7 @@
 """Your own data through the command line: a split saved by datasets.from_arrays runs in
 experiments.rpdp (a binary tabular federation with natural owners, sigmoid head) and in
 the paper presets (--dataset=<path>), with no code copied from the experiments."""
+import csv
 import json
 import os
 import subprocess
@@ -51,6 +52,33 @@ def test_rpdp_runs_on_a_saved_split_with_a_sigmoid_head(hospitals, tmp_path):
     assert row["max_budget_used_vs_effective"] <= 1.0 + 1e-9
   # Personalized budgets use more of the personal budgets than the uniform minimum.
   assert by_method["ours"]["mean_budget_used_vs_own"] > by_method["minimum"]["mean_budget_used_vs_own"]
+
+
+def test_fresh_budget_draw_per_seed_writes_one_plan_per_seed(hospitals, tmp_path,
+                                                             tff_runtime):  # pylint: disable=unused-argument
+  """issue 25 item 12: every seed its own budget draw, each plan checkable from its file."""
+  import tff_idp  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "fresh"
+  result = tff_idp.run_rpdp(datasets.resolve(hospitals), output_dir=str(out), head="sigmoid",
+                            rounds=1, local_steps=1, seeds=(0, 1), methods=("ours",),
+                            fresh_budgets_per_seed=True, progress=False, eval_every=1)
+  plans = []
+  for s in (0, 1):
+    with open(out / f"record_plan_seed{s}.csv") as f:
+      plans.append(list(csv.DictReader(line for line in f if not line.startswith("#"))))
+  assert not (out / "record_plan.csv").exists()
+  assert len(plans[0]) == len(plans[1]) == 600
+  own = [[float(r["own_budget"]) for r in plan] for plan in plans]
+  assert own[0] != own[1]                                           # two draws
+  for plan in plans:                                                # each within budget
+    assert all(float(r["epsilon_charged"]) <= float(r["effective_budget"]) * (1 + 1e-9)
+               for r in plan)
+  from tff_idp import preferences  # pylint: disable=g-import-not-at-top
+  assert preferences.per_seed_budget_seed(0, 1) == preferences.per_seed_budget_seed(0, 1)
+  assert preferences.per_seed_budget_seed(0, 1) != preferences.per_seed_budget_seed(0, 0)
+  config = json.loads((out / "summary.json").read_text())["config"]
+  assert config["fresh_budgets_per_seed"] is True
+  assert len(result.rows[0]["final_accuracies"]) == 2
 
 
 def test_bad_dataset_path_is_one_line(tmp_path):

@@ -245,6 +245,15 @@ def class_budget_cutoff(class_budgets: Mapping[int, float]) -> float:
   return float(finite.mean()) if finite.size else math.inf
 
 
+def per_seed_budget_seed(budget_seed: int, seed: int) -> int:
+  """The budget draw of run seed ``seed`` under ``fresh_budgets_per_seed``.
+
+  ``SeedSequence([budget_seed, seed])``: every (budget seed, run seed) pair
+  draws independently, and the same pair draws the same budgets again.
+  """
+  return int(np.random.SeedSequence([int(budget_seed), int(seed)]).generate_state(1)[0])
+
+
 def assign_record_budgets(distribution, client_sizes: Mapping[str, int] | Sequence[int],
                           seed: int) -> dict:
   """ε_ij for every record j of every client i, seeded per client.

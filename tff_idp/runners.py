@@ -129,6 +129,7 @@ def run_rpdp(split, *, output_dir: str,
              clip_norm: Optional[float] = None, learning_rate: Optional[float] = None,
              delta: Optional[float] = None, threat_model: Optional[str] = None,
              seeds: Sequence[int] = (0,), budget_seed: int = 0,
+             fresh_budgets_per_seed: bool = False,
              model: Union[str, Callable[[], Any]] = "auto", head: str = "softmax",
              estimator: str = "scf", privacy_free_batch: Optional[float] = None,
              eval_every: Optional[int] = None, checkpoint_every: Optional[int] = None,
@@ -143,6 +144,12 @@ def run_rpdp(split, *, output_dir: str,
     budgets: every record's ε_ij: a distribution name of
       :data:`tff_idp.preferences.DISTRIBUTIONS` (e.g. "three_levels",
       "bounded_mix_gauss"), a distribution object, or ``{client_id: array}``.
+    budget_seed: the seed of the budget draw from a distribution.
+    fresh_budgets_per_seed: draw the records' budgets afresh for every run
+      seed (seed s draws with :func:`tff_idp.preferences.per_seed_budget_seed`), so the seeds
+      average over budget assignments too; each seed's plan goes to
+      ``record_plan_seed<s>.csv``. Default: one draw for all seeds
+      (``record_plan.csv``).
     methods: among ours, minimum, dropout, privacy_free (rPDP-FL §7.2).
     rounds, local_steps, client_rate, noise_multiplier, clip_norm: T, τ, λ,
       σ, L of Alg. 3; ``delta`` and ``threat_model`` of Thm 1. Every setting
@@ -171,6 +178,10 @@ def run_rpdp(split, *, output_dir: str,
                                       f"{getattr(split, 'dataset', 'split')}, "
                                       f"{len(x)} clients", num_classes, head)
   if isinstance(budgets, dict):
+    if fresh_budgets_per_seed:
+      raise ToolkitValueError("fresh_budgets_per_seed=True draws budgets from a distribution; "
+                              "given per-record budgets cannot be drawn again (pass a "
+                              "distribution, or leave it False).")
     record_budgets = {cid: np.asarray(budgets[cid], float) for cid in records.client_ids}
   else:
     distribution = budgets
@@ -180,8 +191,12 @@ def run_rpdp(split, *, output_dir: str,
                                 f"{sorted(preferences.DISTRIBUTIONS)}, a distribution "
                                 "object or {client_id: per-record ε array}.")
       distribution = preferences.DISTRIBUTIONS[budgets]()
-    record_budgets = preferences.assign_record_budgets(distribution, records.sizes,
-                                                       budget_seed)
+    if fresh_budgets_per_seed:
+      record_budgets = lambda seed: preferences.assign_record_budgets(  # noqa: E731
+          distribution, records.sizes, preferences.per_seed_budget_seed(budget_seed, seed))
+    else:
+      record_budgets = preferences.assign_record_budgets(distribution, records.sizes,
+                                                         budget_seed)
     if dropout_cutoff is None:
       dropout_cutoff = preferences.expected_budget(distribution)
   given = dict(rounds=rounds, local_steps=local_steps, client_rate=client_rate,
@@ -205,6 +220,7 @@ def run_rpdp(split, *, output_dir: str,
                     "clip_norm", "learning_rate", "delta", "threat_model")},
                 seeds=list(seeds), budgets=str(budgets)
                 if not isinstance(budgets, dict) else "per-record (given)",
+                budget_seed=int(budget_seed), fresh_budgets_per_seed=bool(fresh_budgets_per_seed),
                 model=model if isinstance(model, str) else "custom", head=head,
                 estimator=estimator, dataset=federation.name)
   table = record_runs.write_summary(rows, len(seeds), output_dir, config)

@@ -41,6 +41,8 @@ from tff_idp.engine import paired_stats
 from tff_idp.idp_fedavg import plan as privacy_plan
 from tff_idp.engine.driver import RoundDriver
 from tff_idp.engine.plugins import RunPlugin
+from tff_idp.engine.run_template import SeedResult
+from tff_idp.engine.run_template import run_grid
 from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.metrics import read_metrics
 from tff_idp.idp_fedavg.process import build_idp_fedavg_process
@@ -253,96 +255,117 @@ def run_all(config: TrainingConfig, train_data, model_fn, keras_builder,
   for key in ("clipped_count_stddev", "initial_clip"):
     if aggregator_kwargs and key in aggregator_kwargs:
       raise ValueError(f"set TrainingConfig.{key} (--{key}), not aggregator_kwargs[{key!r}].")
-  client_ids = list(train_data.client_ids)
   specs = [privacy_plan.parse_run_spec(r, config.ratios, len(config.budgets))
            for r in config.runs]
   evaluate = keras_evaluator(keras_builder, test_x, test_y, eval_batch_size,
                              head=config.head)
-  results = []
-  for spec in specs:
-    finals, histories, plan_summary = [], [], None
-    process = None
-    for seed in config.seeds:
-      plan = privacy_plan.make_privacy_plan(
-          spec, config.budgets, len(client_ids), config.clients_per_round,
-          config.rounds, config.delta, config.accountant, seed,
-          config.allow_overrun, config.max_rate)
-      sigma_b, z_value = noise_split(config, plan)
-      plan_summary = dict(plan.summary(), clipped_count_stddev=sigma_b,
-                          value_noise_multiplier=z_value)
-      noise_added, client_rates = plan.noise_multiplier, plan.client_rates
-      wrappers = []
-      for plugin in plugins:
-        noise_added, client_rates, entries = plugin.mechanism(plan, noise_added, client_rates)
-        plan_summary.update(entries)
-        wrappers += [w for w in [plugin.client_work_wrapper(plan)] if w is not None]
-      if process is None:
-        process = build_idp_fedavg_process(
-            model_fn,
-            client_optimizer=build_optimizer(config.client_optimizer,
-                                             config.client_learning_rate),
-            server_optimizer=build_optimizer("sgd", config.server_learning_rate),
-            noise_multiplier=noise_added,
-            expected_clients_per_round=plan.expected_clients_per_round,
-            per_client_clip_scale=plan.client_clip_scales is not None,
-            aggregator_kwargs=dict(aggregator_kwargs or {}, **plan.aggregator_kwargs(),
-                                   **_clip_kwargs(config), clipped_count_stddev=sigma_b)
-            if plan.noise_multiplier is not None else None,
-            canary_client_work=_compose(wrappers),
-            client_execution=resolved_client_execution(
-                config, keras_builder().count_params() if keras_builder else None),
-            parallel_clients=config.parallel_clients)
-      scales = (dict(zip(client_ids, plan.client_clip_scales.tolist()))
-                if plan.client_clip_scales is not None else None)
-      run_dir = os.path.join(config.output_dir, spec.name, f"seed{seed}")
-      randomness = PrivacyRandomness.for_run(seed, f"idp_fedavg/{spec.name}",
-                                             config.insecure_reproducible_noise)
-      driver = RoundDriver(
-          process=_ProcessWithSecretNoise(process, randomness,
-                                          plan.noise_multiplier is not None),
-          sampler=PoissonClientSampler(client_ids, client_rates,
-                                       randomness.sampling_seed()),
-          client_input_fn=client_input_fn(train_data, config, seed, scales),
-          output_dir=run_dir, ledger=plan.ledger,
-          group_names=[f"eps{b:g}" for b in config.budgets],
-          evaluate_fn=evaluate, eval_every=config.eval_every,
-          checkpoint_every=config.checkpoint_every,
-          run_fingerprint=_fingerprint_config(config, plan, plan_summary, seed, train_data,
-                                              keras_builder, aggregator_kwargs,
-                                              plugins),
-          progress=config.progress, privacy_randomness=randomness,
-          release_only=config.release_only, restart=config.restart)
-      empty = (train_data.create_tf_dataset_for_client(client_ids[0]).take(0)
-               .batch(config.batch_size))
-      driver.padding_input_fn = (
-          (lambda e=empty: scaled_client_data(e, 1.0)) if scales is not None
-          else (lambda e=empty: e))
-      for plugin in plugins:
-        plugin.attach(driver, plan, spec.name, seed)
-      final_state, _ = driver.run(config.rounds)
-      for plugin in plugins:
-        plugin.after_run(process, final_state, run_dir, plan)
-      history = read_metrics(os.path.join(run_dir, "metrics.csv"))
-      histories.append(history)
-      finals.append(history[-1]["eval_accuracy"])
-      eps_spent = plan.ledger.spent() if plan.ledger is not None else None
-    if isinstance(process, in_process.InProcessLearningProcess):
-      process.close()
-    row = dict(plan_summary, seeds=list(config.seeds), final_accuracies=finals,
-               mean_accuracy=float(np.mean(finals)),
-               std_accuracy=summary_lib.sample_sd(finals),
-               epsilon_spent=list(eps_spent) if eps_spent else None,
-               history=[[r["round"], r["eval_accuracy"]] for r in histories[0]
-                        if r["eval_accuracy"] is not None],
-               history_by_seed=[[[r["round"], r["eval_accuracy"]] for r in h
-                                 if r["eval_accuracy"] is not None]
-                                for h in histories],
-               audit=None)
-    row.update(_plugin_rows(plugins))
-    results.append(row)
+  family = _IdpFedAvgRuns(config, train_data, model_fn, keras_builder, evaluate,
+                          aggregator_kwargs, plugins)
+  results = run_grid(specs, config.seeds, family)
   add_paired_comparisons(results)
   write_summary(config, results, plugins)
   return results
+
+
+class _IdpFedAvgRuns:
+  """IDP-FedAvg in the engine's run template (:func:`tff_idp.engine.run_template.run_grid`).
+
+  Per run specification: one process, shared by its seeds (calibration is
+  cached per specification, :mod:`tff_idp.idp_fedavg.plan`); per seed: the
+  plan's groups, a driver with the secret randomness, the plug-ins attached.
+  """
+
+  def __init__(self, config: TrainingConfig, train_data, model_fn, keras_builder, evaluate,
+               aggregator_kwargs: Optional[dict], plugins: Sequence[RunPlugin]):
+    self.config, self.train_data, self.model_fn = config, train_data, model_fn
+    self.keras_builder, self.evaluate = keras_builder, evaluate
+    self.aggregator_kwargs, self.plugins = aggregator_kwargs, plugins
+    self.client_ids = list(train_data.client_ids)
+
+  def begin_spec(self, spec: privacy_plan.RunSpec) -> None:
+    self.process, self.plan_summary, self.eps_spent = None, None, None
+
+  def _build_process(self, plan, noise_added: Optional[float], sigma_b: float,
+                     wrappers: list) -> Any:
+    config = self.config
+    return build_idp_fedavg_process(
+        self.model_fn,
+        client_optimizer=build_optimizer(config.client_optimizer, config.client_learning_rate),
+        server_optimizer=build_optimizer("sgd", config.server_learning_rate),
+        noise_multiplier=noise_added,
+        expected_clients_per_round=plan.expected_clients_per_round,
+        per_client_clip_scale=plan.client_clip_scales is not None,
+        aggregator_kwargs=dict(self.aggregator_kwargs or {}, **plan.aggregator_kwargs(),
+                               **_clip_kwargs(config), clipped_count_stddev=sigma_b)
+        if plan.noise_multiplier is not None else None,
+        canary_client_work=_compose(wrappers),
+        client_execution=resolved_client_execution(
+            config, self.keras_builder().count_params() if self.keras_builder else None),
+        parallel_clients=config.parallel_clients)
+
+  def run_seed(self, spec: privacy_plan.RunSpec, seed: int) -> SeedResult:
+    config, plugins, client_ids = self.config, self.plugins, self.client_ids
+    plan = privacy_plan.make_privacy_plan(
+        spec, config.budgets, len(client_ids), config.clients_per_round,
+        config.rounds, config.delta, config.accountant, seed,
+        config.allow_overrun, config.max_rate)
+    sigma_b, z_value = noise_split(config, plan)
+    plan_summary = dict(plan.summary(), clipped_count_stddev=sigma_b,
+                        value_noise_multiplier=z_value)
+    noise_added, client_rates = plan.noise_multiplier, plan.client_rates
+    wrappers = []
+    for plugin in plugins:
+      noise_added, client_rates, entries = plugin.mechanism(plan, noise_added, client_rates)
+      plan_summary.update(entries)
+      wrappers += [w for w in [plugin.client_work_wrapper(plan)] if w is not None]
+    if self.process is None:
+      self.process = self._build_process(plan, noise_added, sigma_b, wrappers)
+    process = self.process
+    scales = (dict(zip(client_ids, plan.client_clip_scales.tolist()))
+              if plan.client_clip_scales is not None else None)
+    run_dir = os.path.join(config.output_dir, spec.name, f"seed{seed}")
+    randomness = PrivacyRandomness.for_run(seed, f"idp_fedavg/{spec.name}",
+                                           config.insecure_reproducible_noise)
+    driver = RoundDriver(
+        process=_ProcessWithSecretNoise(process, randomness,
+                                        plan.noise_multiplier is not None),
+        sampler=PoissonClientSampler(client_ids, client_rates, randomness.sampling_seed()),
+        client_input_fn=client_input_fn(self.train_data, config, seed, scales),
+        output_dir=run_dir, ledger=plan.ledger,
+        group_names=[f"eps{b:g}" for b in config.budgets],
+        evaluate_fn=self.evaluate, eval_every=config.eval_every,
+        checkpoint_every=config.checkpoint_every,
+        run_fingerprint=_fingerprint_config(config, plan, plan_summary, seed, self.train_data,
+                                            self.keras_builder, self.aggregator_kwargs,
+                                            plugins),
+        progress=config.progress, privacy_randomness=randomness,
+        release_only=config.release_only, restart=config.restart)
+    empty = (self.train_data.create_tf_dataset_for_client(client_ids[0]).take(0)
+             .batch(config.batch_size))
+    driver.padding_input_fn = (
+        (lambda e=empty: scaled_client_data(e, 1.0)) if scales is not None
+        else (lambda e=empty: e))
+    for plugin in plugins:
+      plugin.attach(driver, plan, spec.name, seed)
+    final_state, _ = driver.run(config.rounds)
+    for plugin in plugins:
+      plugin.after_run(process, final_state, run_dir, plan)
+    rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
+    self.plan_summary = plan_summary
+    self.eps_spent = plan.ledger.spent() if plan.ledger is not None else None
+    return SeedResult(rows[-1]["eval_accuracy"],
+                      [[r["round"], r["eval_accuracy"]] for r in rows
+                       if r["eval_accuracy"] is not None])
+
+  def end_spec(self, spec: privacy_plan.RunSpec, results: Sequence[SeedResult]) -> dict:
+    if isinstance(self.process, in_process.InProcessLearningProcess):
+      self.process.close()
+    row = dict(self.plan_summary, label=spec.name, seeds=list(self.config.seeds),
+               epsilon_spent=list(self.eps_spent) if self.eps_spent else None,
+               history=results[0].history, history_by_seed=[r.history for r in results],
+               audit=None)
+    row.update(_plugin_rows(self.plugins))
+    return row
 
 
 def _compose(wrappers: Sequence[Callable]) -> Optional[Callable]:
@@ -596,8 +619,7 @@ def write_summary(config: TrainingConfig, results: list[dict],
   os.makedirs(config.output_dir, exist_ok=True)
   warning = NOT_PRIVATE_LABEL if config.insecure_reproducible_noise else None
   summary_lib.write_summary(config.output_dir, "idp_fedavg", dataclasses.asdict(config),
-                            [dict(r, label=r["run"]) for r in results],
-                            privacy_warning=warning)
+                            results, privacy_warning=warning)
   table = format_table(config, results, plugins)
   with open(os.path.join(config.output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")

@@ -38,6 +38,8 @@ from tff_idp.engine import group_metrics
 from tff_idp.rpdp import record_level
 from tff_idp.engine.metrics import read_metrics
 from tff_idp.engine import summary as summary_lib
+from tff_idp.engine.run_template import SeedResult
+from tff_idp.engine.run_template import run_grid
 
 # The defaults of an rPDP-FL run, shared by ``experiments.rpdp``'s flags and
 # ``tff_idp.runners.run_rpdp`` so that the CLI and the library run the same
@@ -192,7 +194,8 @@ def plot(results: list[dict], out: str) -> None:
   plt.close(fig)
 
 
-def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, seeds,
+def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
+        params: TwoStageParams, methods, seeds,
         output_dir: str, clip_norm: float, learning_rate: float, privacy_free_batch: float,
         eval_every: int, checkpoint_every: int, progress: bool,
         estimator: str = "scf", insecure_reproducible_noise: bool = False,
@@ -203,6 +206,10 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         restart: bool = False, audit: Optional[RecordAuditPlugin] = None,
         dropout_cutoff: Optional[float] = None) -> list[dict]:
   """Every method × seed; returns one summary row per method.
+
+  ``budgets``: ``{client_id: ε array}``, one draw for every seed, or a
+  function of the seed returning one (a fresh budget draw per seed): each
+  seed then gets its own plans, written to ``record_plan_seed<s>.csv``.
 
   ``dropout_cutoff`` is the Dropout baseline's ε_mod from the budget
   specification (:func:`tff_idp.preferences.expected_budget` /
@@ -245,79 +252,137 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
   # Evaluator keys beyond loss and accuracy, written to metrics.csv as eval_<key>.
   eval_metrics = [k for k in group_metrics.flat_field_names(group_names)
                   if k != "accuracy"] if class_groups else []
-  plans = {m: record_level.make_record_plan(m, budgets, params, clip_norm, privacy_free_batch,
-                                            estimator, dropout_cutoff=dropout_cutoff)
-           for m in methods}
-  write_record_plan(plans, params, output_dir)
+  seeds = [int(s) for s in seeds]
+  budgets_by_seed = ({s: budgets(s) for s in seeds} if callable(budgets)
+                     else {s: budgets for s in seeds})
+  plans_by_seed: dict = {}
+  for s in seeds:  # every calibration before any training; one per draw
+    same_draw = next((t for t in plans_by_seed if budgets_by_seed[t] is budgets_by_seed[s]),
+                     None)
+    plans_by_seed[s] = plans_by_seed[same_draw] if same_draw is not None else {
+        m: record_level.make_record_plan(m, budgets_by_seed[s], params, clip_norm,
+                                         privacy_free_batch, estimator,
+                                         dropout_cutoff=dropout_cutoff)
+        for m in methods}
+  if callable(budgets):
+    for s in seeds:
+      write_record_plan(plans_by_seed[s], params, output_dir,
+                        file_name=f"record_plan_seed{s}.csv")
+  else:
+    write_record_plan(plans_by_seed[seeds[0]], params, output_dir)
   if audit is not None:
     try:  # validate every audit before any training
-      audit.prepare(plans, federation.records)
+      audit.prepare(plans_by_seed[seeds[0]], federation.records)
     except ValueError as e:
       raise AuditConfigError(str(e)) from None
-  processes = {}
-  results = []
-  flat_budgets = np.concatenate(list(budgets.values()))
-  for method in methods:
-    plan = plans[method]
+  family = _RecordRuns(
+      federation=federation, budgets_by_seed=budgets_by_seed, params=params,
+      plans_by_seed=plans_by_seed, seeds=seeds,
+      output_dir=output_dir, model_fn=model_fn, evaluate=evaluate,
+      learning_rate=learning_rate, eval_every=eval_every, checkpoint_every=checkpoint_every,
+      progress=progress, local_weight_fn=local_weight_fn, local_algorithm=local_algorithm,
+      class_groups=class_groups, group_names=group_names, release_only=release_only,
+      audit=audit, run_kwargs=dict(
+          fingerprint={"head": federation.head}, keras_builder=federation.keras_builder,
+          insecure_reproducible_noise=insecure_reproducible_noise,
+          release_only=release_only, eval_metrics=eval_metrics, restart=restart))
+  return run_grid(list(methods), seeds, family)
+
+
+@dataclasses.dataclass
+class _RecordRuns:
+  """rPDP-FL in the engine's run template (:func:`tff_idp.engine.run_template.run_grid`).
+
+  A run specification is a method (ours, minimum, dropout, privacy_free):
+  its plan is calibrated once; processes are shared by methods with the same
+  σ and clip; each seed runs :func:`record_level.run_record_level`.
+  """
+  federation: Federation
+  budgets_by_seed: dict
+  params: TwoStageParams
+  plans_by_seed: dict
+  seeds: list
+  output_dir: str
+  model_fn: Callable
+  evaluate: Callable
+  learning_rate: float
+  eval_every: int
+  checkpoint_every: int
+  progress: bool
+  local_weight_fn: Optional[Callable]
+  local_algorithm: str
+  class_groups: Optional[Mapping[int, str]]
+  group_names: list
+  release_only: bool
+  audit: Optional[RecordAuditPlugin]
+  run_kwargs: dict
+  processes: dict = dataclasses.field(default_factory=dict)
+
+  def begin_spec(self, method: str) -> None:
+    plan = self.plans_by_seed[self.seeds[0]][method]  # σ and L are the same for every seed
     key = (plan.noise_multiplier, plan.clip_norm)
-    if key not in processes:
-      processes[key] = build_rpdp_fedavg_process(
-          model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate),
+    if key not in self.processes:
+      self.processes[key] = build_rpdp_fedavg_process(
+          self.model_fn,
+          client_optimizer=tff.learning.optimizers.build_sgdm(self.learning_rate),
           server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
-          local_steps=params.local_steps, noise_multiplier=plan.noise_multiplier,
-          clip_norm=plan.clip_norm, loss_fn=models.per_example_loss(federation.head),
-          example_weight_fn=local_weight_fn if math.isfinite(plan.clip_norm) else None)
-    finals, final_rows, history, accountant = [], [], [], None
-    hyperparameters = {"client_optimizer": "sgd", "client_learning_rate": learning_rate,
-                       "server_optimizer": "sgd", "server_learning_rate": 1.0,
-                       "local_steps": params.local_steps,
-                       "local_algorithm": local_algorithm}
-    run_kwargs = dict(fingerprint={"head": federation.head},
-                      keras_builder=federation.keras_builder,
-                      insecure_reproducible_noise=insecure_reproducible_noise,
-                      release_only=release_only, eval_metrics=eval_metrics, restart=restart)
-    for seed in seeds:
-      run_dir = os.path.join(output_dir, method, f"seed{seed}")
-      _, _, accountant = record_level.run_record_level(
-          processes[key], federation.records, plan, seed, run_dir, evaluate,
-          eval_every, checkpoint_every, progress,
-          hyperparameters=hyperparameters, **run_kwargs)
-      rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
-      finals.append(rows[-1]["eval_accuracy"])
-      final_rows.append(rows[-1])
-      if not history:
-        history = [[r["round"], r["eval_accuracy"]] for r in rows
-                   if r["eval_accuracy"] is not None]
+          local_steps=self.params.local_steps, noise_multiplier=plan.noise_multiplier,
+          clip_norm=plan.clip_norm, loss_fn=models.per_example_loss(self.federation.head),
+          example_weight_fn=self.local_weight_fn if math.isfinite(plan.clip_norm) else None)
+    self.process = self.processes[key]
+    self.hyperparameters = {"client_optimizer": "sgd",
+                            "client_learning_rate": self.learning_rate,
+                            "server_optimizer": "sgd", "server_learning_rate": 1.0,
+                            "local_steps": self.params.local_steps,
+                            "local_algorithm": self.local_algorithm}
+
+  def run_seed(self, method: str, seed: int) -> SeedResult:
+    run_dir = os.path.join(self.output_dir, method, f"seed{seed}")
+    _, _, accountant = record_level.run_record_level(
+        self.process, self.federation.records, self.plans_by_seed[seed][method], seed, run_dir,
+        self.evaluate, self.eval_every, self.checkpoint_every, self.progress,
+        hyperparameters=self.hyperparameters, **self.run_kwargs)
+    rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
+    return SeedResult(rows[-1]["eval_accuracy"],
+                      [[r["round"], r["eval_accuracy"]] for r in rows
+                       if r["eval_accuracy"] is not None],
+                      {"final_row": rows[-1], "accountant": accountant})
+
+  def end_spec(self, method: str, results: list) -> dict:
+    # The last seed's plan, ledger and budgets (one draw unless drawn per seed).
+    plan = self.plans_by_seed[self.seeds[-1]][method]
+    accountant = results[-1].extras["accountant"]
+    flat_budgets = np.concatenate(list(self.budgets_by_seed[self.seeds[-1]].values()))
     all_q = np.concatenate(list(plan.rates.values()))
     expected = np.mean([plan.rates[c].sum() for c in plan.rates])
     spent = accountant.spent() if accountant is not None else None
     # Under Type I the record ledger follows the secret client sampling: it is
     # a diagnostic, left out of a release-only summary.
     ledger_is_diagnostic = accountant is not None and accountant.metrics_depend_on_sampling
-    withheld = release_only and ledger_is_diagnostic
+    withheld = self.release_only and ledger_is_diagnostic
     # Budget usage (rPDP-FL §6.2 ledger, last seed): against the effective ε the
     # method calibrated to (ε_min, ε_mod; ε_ij for ours) and against each
     # record's own ε_ij (Minimum's unused budget, Dropout's dropped records at 0).
     ledger = accountant.metrics() if accountant is not None and not withheld else None
-    usage = lambda name: None if ledger is None else ledger[name]
+    usage = lambda name: None if ledger is None else ledger[name]  # noqa: E731
     groups = {}
-    if class_groups:
-      groups = dict(group_summary(final_rows, group_names), groups={
-          g: [c for c, name in sorted(class_groups.items()) if name == g]
-          for g in group_names})
+    if self.class_groups:
+      groups = dict(group_summary([r.extras["final_row"] for r in results], self.group_names),
+                    groups={g: [c for c, name in sorted(self.class_groups.items()) if name == g]
+                            for g in self.group_names})
     audited = {}
-    if audit is not None and audit.audits(method):
-      audited = audit.run(
-          model_fn, federation.records, plan, run_seed=seeds[0],
-          output_dir=os.path.join(output_dir, method, f"seed{seeds[0]}-audit"),
-          accuracy_without=finals[0], client_learning_rate=learning_rate,
-          loss_fn=models.per_example_loss(federation.head),
-          example_weight_fn=local_weight_fn, hyperparameters=hyperparameters,
-          evaluate_fn=evaluate, eval_every=eval_every, checkpoint_every=checkpoint_every,
-          progress=progress, **run_kwargs)
-    results.append({
-        "method": method, "final_accuracies": finals,
-        "mean_accuracy": float(np.mean(finals)), "std_accuracy": summary_lib.sample_sd(finals),
+    if self.audit is not None and self.audit.audits(method):
+      audited = self.audit.run(
+          self.model_fn, self.federation.records, self.plans_by_seed[self.seeds[0]][method],
+          run_seed=self.seeds[0],
+          output_dir=os.path.join(self.output_dir, method, f"seed{self.seeds[0]}-audit"),
+          accuracy_without=results[0].final_accuracy, client_learning_rate=self.learning_rate,
+          loss_fn=models.per_example_loss(self.federation.head),
+          example_weight_fn=self.local_weight_fn, hyperparameters=self.hyperparameters,
+          evaluate_fn=self.evaluate, eval_every=self.eval_every,
+          checkpoint_every=self.checkpoint_every, progress=self.progress, **self.run_kwargs)
+    return {
+        "method": method, "label": method,
         "mean_expected_batch": float(expected), "records_q0": int(np.sum(all_q == 0)),
         "excluded_at_end": (None if withheld else
                             accountant.metrics()["records_excluded"] if accountant else 0),
@@ -329,16 +394,15 @@ def run(federation: Federation, budgets: dict, params: TwoStageParams, methods, 
         "max_budget_used_vs_own": usage("budget_used_max_vs_own"),
         "mean_budget_used_vs_own": usage("budget_used_mean_vs_own"),
         "mean_budget": float(np.mean(flat_budgets)) if spent is not None else None,
-        "calibration": plan.calibration, "history": history,
-        "budget_sample": flat_budgets[:5000].tolist(), **groups, **audited})
-  return results
+        "calibration": plan.calibration, "history": results[0].history,
+        "budget_sample": flat_budgets[:5000].tolist(), **groups, **audited}
 
 
 RECORD_PLAN_FILE = "record_plan.csv"
 
 
 def write_record_plan(plans: Mapping[str, "record_level.RecordPlan"], params: TwoStageParams,
-                      output_dir: str) -> str:
+                      output_dir: str, file_name: str = RECORD_PLAN_FILE) -> str:
   """Writes every record's plan, so an outside check can recompute its ε without the library.
 
   One row per (method, client, record): the record's own budget ε_ij, the
@@ -350,7 +414,7 @@ def write_record_plan(plans: Mapping[str, "record_level.RecordPlan"], params: Tw
   a record's budget is its label's): keep the file with the diagnostics, not
   the release.
   """
-  path = os.path.join(output_dir, RECORD_PLAN_FILE)
+  path = os.path.join(output_dir, file_name)
   os.makedirs(output_dir, exist_ok=True)
   with open(path + ".tmp", "w") as f:
     f.write(f"# rPDP-FL record plan: sigma={params.noise_multiplier!r}, "
@@ -384,8 +448,7 @@ def write_summary(results: list[dict], num_seeds: int, output_dir: str,
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")
-  summary_lib.write_summary(output_dir, "rpdp", config or {},
-                            [dict(r, label=r["method"]) for r in results],
+  summary_lib.write_summary(output_dir, "rpdp", config or {}, results,
                             privacy_warning=privacy_warning)
   plot(results, os.path.join(output_dir, "accuracy.png"))
   return table
