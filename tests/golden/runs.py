@@ -65,8 +65,8 @@ def _normalise(value: Any) -> Any:
             if not _VOLATILE_KEY.search(k)}
   if isinstance(value, list):
     return [_normalise(v) for v in value]
-  if isinstance(value, str) and ("/" in value and os.sep in value):
-    return "<path>"
+  if isinstance(value, str) and (value.startswith((os.sep, "~")) or "/tmp" in value):
+    return "<path>"  # an absolute path (output or data folder), not a label like "noise/4"
   return value
 
 
