@@ -61,8 +61,9 @@ from experiments import privacy_flags
 from tff_idp import cli
 from tff_idp.engine import summary as summary_lib
 from tff_idp.accounting.owner import plan as owner_plan
+from tff_idp.centralized.silo import Silo
+from tff_idp.ino_sgd import methods as ino_methods
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
-from tff_idp.engine.privacy_randomness import PrivacyRandomness
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +117,7 @@ PRESETS = {
                         "Drop 30%": 60.41, "Drop 40%": 58.83, "Drop 50%": 56.47,
                         "INO-SGD": 66.73, "_source": "Table 3, CL-PC (5 runs)"}),
 }
-METHODS = ("idp_sgd", "drop", "ino_sgd")
+METHODS = ino_methods.METHODS
 
 _PRESET = flags.DEFINE_enum("preset", "embedded", list(PRESETS), "The setting (module doc).")
 _METHODS = flags.DEFINE_list("methods", list(METHODS),
@@ -154,16 +155,6 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 privacy_flags.define(release_only=True)
 
 
-@dataclasses.dataclass
-class Data:
-  x: np.ndarray
-  y: np.ndarray
-  test_x: np.ndarray
-  test_y: np.ndarray
-  keras_builder: object  # init seed -> Keras model
-  name: str
-
-
 def _builder(model: str, input_shape: tuple, num_classes: int, rescale: float):
   """``init_seed -> fresh Keras model`` for the preset's model (each seed its own init)."""
   from tff_idp import models  # pylint: disable=g-import-not-at-top
@@ -175,13 +166,13 @@ def _builder(model: str, input_shape: tuple, num_classes: int, rescale: float):
 
 
 def load_data(preset: Preset, train_examples: int, test_examples: int, seed: int,
-              data_dir: Optional[str], split_dir: Optional[str]) -> Data:
+              data_dir: Optional[str], split_dir: Optional[str]) -> Silo:
   """The preset's records pooled into one silo (never downloaded: local files or embedded)."""
   if preset.dataset == "synthetic":
     from datasets import synthetic  # pylint: disable=g-import-not-at-top
     p = synthetic.pooled_arrays(train_examples, test_examples, seed)
     config = p["config"]
-    return Data(p["x"], p["y"], p["test_x"], p["test_y"],
+    return Silo(p["x"], p["y"], p["test_x"], p["test_y"],
                 _builder("logistic", (config.num_features,), config.num_classes, 1.0),
                 f"Synthetic IID (pooled, {len(p['y'])} records)")
   from datasets import loader  # pylint: disable=g-import-not-at-top
@@ -190,8 +181,8 @@ def load_data(preset: Preset, train_examples: int, test_examples: int, seed: int
   info = specs.info(preset.dataset)
   mnist_shaped = tuple(info.input_shape)[-1] == 1
   train, test = resolution.load_federated(preset.dataset, "iid", seed=seed, data_dir=data_dir,
-                                      split_dir=split_dir, rescale=mnist_shaped,
-                                      progress=False)
+                                          split_dir=split_dir, rescale=mnist_shaped,
+                                          progress=False)
   parts = [loader.to_arrays(train.create_tf_dataset_for_client(c)) for c in train.client_ids]
   x = np.concatenate([a for a, _ in parts])
   y = np.concatenate([b for _, b in parts])
@@ -203,172 +194,8 @@ def load_data(preset: Preset, train_examples: int, test_examples: int, seed: int
     tx, ty = tx[:test_examples], ty[:test_examples]
   builder = _builder(preset.model, tuple(info.input_shape), info.num_classes,
                      1.0 if mnist_shaped else info.rescale)
-  return Data(x[order], y[order], tx, ty, builder,
+  return Silo(x[order], y[order], tx, ty, builder,
               f"{preset.dataset} (writers/clients pooled, {order.size} records)")
-
-
-def owner_of_labels(labels: np.ndarray, owners: tuple[tuple[int, ...], ...]) -> np.ndarray:
-  """Each record's owner index through its class; every class present must be owned."""
-  lookup = {c: n for n, classes in enumerate(owners) for c in classes}
-  missing = sorted(set(np.unique(labels).tolist()) - set(lookup))
-  if missing:
-    raise ValueError(f"classes {missing} have no owner in this preset.")
-  return np.array([lookup[int(c)] for c in labels], np.int64)
-
-
-def method_runs(methods, drop_percents) -> list[tuple[str, str, float]]:
-  """(label, kind, drop fraction) per run: Drop expands to one run per percentage."""
-  runs = []
-  for m in methods:
-    if m == "idp_sgd":
-      runs.append(("IDP-SGD", m, 0.0))
-    elif m == "ino_sgd":
-      runs.append(("INO-SGD", m, 0.0))
-    else:
-      runs += [(f"Drop {p:g}%", m, p / 100) for p in drop_percents]
-  return runs
-
-
-def run_method(data: Data, owners: np.ndarray, cfg: dict, kind: str, drop: float,
-               label: str, seed: int, class_groups: dict, out_dir: str) -> dict:
-  """One method × seed: plan, verify, train, evaluate per group; writes metrics.csv."""
-  from tff_idp.ino_sgd import importance  # pylint: disable=g-import-not-at-top
-  from tff_idp.centralized import trainer as centralized  # pylint: disable=g-import-not-at-top
-  from tff_idp.engine import group_metrics  # pylint: disable=g-import-not-at-top
-  from tff_idp.engine import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
-  keep = (owner_plan.drop_less_private(owners, cfg["epsilons"], drop, cfg["data_seed"])
-          if drop else np.ones(owners.shape, bool))
-  x, y, own = data.x[keep], data.y[keep], owners[keep]
-  sizes = np.bincount(own, minlength=len(cfg["epsilons"]))
-  plan = owner_plan.plan_owners(cfg["epsilons"], sizes, cfg["delta"], cfg["steps"],
-                                cfg["expected_batch"], cfg["clip_norm"], cfg["mechanism"],
-                                owner_names=cfg["owner_names"])
-  q, thresholds = plan.record_rates(own), plan.record_thresholds(own)
-  weight_fn, gamma = None, 0.0
-  if kind == "ino_sgd" and cfg["ino_gamma_ratio"] > 0:
-    gamma = cfg["ino_gamma_ratio"] * float(np.dot(q, thresholds))
-    weight_fn = importance.ino_example_weight_fn(
-        antiderivative=importance.beta_antiderivative(cfg["ino_alpha"], cfg["ino_beta"],
-                                                      gamma))
-  names = list(dict.fromkeys(class_groups.values()))
-  fields = ["round"] + group_metrics.flat_field_names(names)
-  warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
-  writer = metrics_lib.MetricsWriter(
-      out_dir, fields, None if cfg["release_only"] else ["round", "mean_batch", "clipped_fraction"],
-      privacy_warning=warning)
-
-  def evaluate(keras_model):
-    preds = np.concatenate([np.argmax(keras_model(data.test_x[i:i + 4096],
-                                                  training=False).numpy(), -1)
-                            for i in range(0, len(data.test_y), 4096)])
-    return group_metrics.group_report(data.test_y, preds, class_groups=class_groups,
-                                      group_names=names)
-
-  randomness = PrivacyRandomness.for_run(seed, f"ino_sgd/{cfg['preset']}/{label}",
-                                         cfg["insecure_reproducible_noise"])
-  reports = []
-
-  def evaluate_and_log(keras_model):
-    report = evaluate(keras_model)
-    reports.append(report)
-    return report.flat()
-
-  try:
-    run = centralized.train_record_dp_sgd(
-        lambda: data.keras_builder(seed), x, y, q, plan.noise_multiplier, plan.clip_norm,
-        cfg["learning_rate"], cfg["steps"], randomness, evaluate_and_log, cfg["eval_every"],
-        clip_norms=thresholds if cfg["mechanism"] == "scale" else None,
-        example_weight_fn=weight_fn, progress=cfg["progress"], desc=f"{label} seed {seed}")
-    for (step, flat), (_, diag) in zip(run.history, run.chunk_diagnostics):
-      writer.write({"round": step, **flat, **diag})
-  finally:
-    writer.close()
-  return {"label": label, "kind": kind, "drop": drop, "seed": seed, "gamma": gamma,
-          "plan": plan.to_dict(), "final": reports[-1].to_dict(),
-          "diagnostics": {"mean_batch": run.mean_batch,
-                          "clipped_fraction": run.clipped_fraction,
-                          "seconds_per_step": run.seconds_per_step}}
-
-
-def aggregate(runs: list[dict], names: list[str]) -> list[dict]:
-  """Mean ± sd over seeds per method label."""
-  rows = []
-  for label in dict.fromkeys(r["label"] for r in runs):
-    mine = [r for r in runs if r["label"] == label]
-    finals = [r["final"] for r in mine]
-
-    def stat(values):
-      v = np.asarray(values, float)
-      return {"mean": float(np.nanmean(v)), "std": summary_lib.sample_sd(v),
-              "values": v.tolist()}
-
-    rows.append({
-        "label": label, "seeds": len(mine),
-        "accuracy": stat([f["overall_accuracy"] for f in finals]),
-        "group_accuracy": {g: stat([f["accuracy"][g] for f in finals]) for g in names},
-        "group_recall": {g: stat([f["recall"][g] for f in finals]) for g in names},
-        "worst_group_accuracy": stat([f["worst_group"]["accuracy"] for f in finals]),
-        "imbalance": stat([f["imbalance"] for f in finals]),
-        "records": int(sum(mine[0]["plan"]["owner_sizes"])),
-        "rates": mine[0]["plan"]["sampling_rates"],
-        "thresholds": mine[0]["plan"]["clip_thresholds"],
-        "noise_multiplier": mine[0]["plan"]["noise_multiplier"],
-        "achieved_epsilons": mine[0]["plan"]["achieved_epsilons"],
-        "gamma": mine[0]["gamma"],
-    })
-  return rows
-
-
-def _pm(s: dict) -> str:
-  return f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f}"
-
-
-def format_table(rows: list[dict], names: list[str], epsilons) -> str:
-  """The per-group table: overall, each group's accuracy, worst group, imbalance."""
-  heads = [f"{g} (ε={e:g})" for g, e in zip(names, epsilons)] if len(names) <= 4 else names
-  lines = ["| method | overall acc (%) | " + " | ".join(f"acc {h} (%)" for h in heads)
-           + " | worst group (%) | imbalance (std of recalls, %) |",
-           "|---" * (len(names) + 4) + "|"]
-  for r in rows:
-    lines.append(f"| {r['label']} | {_pm(r['accuracy'])} | "
-                 + " | ".join(_pm(r["group_accuracy"][g]) for g in names)
-                 + f" | {_pm(r['worst_group_accuracy'])} | {_pm(r['imbalance'])} |")
-  return "\n".join(lines)
-
-
-def format_plans(rows: list[dict], names: list[str], epsilons, delta: float) -> str:
-  lines = ["| method | records | z | γ | per owner: q / C / ε spent (≤ budget) |",
-           "|---|---|---|---|---|"]
-  for r in rows:
-    per = "; ".join(f"{g}: {q:.4g} / {c:.3g} / {a:.4g} (≤ {e:g})"
-                    for g, q, c, a, e in zip(names, r["rates"], r["thresholds"],
-                                             r["achieved_epsilons"], epsilons))
-    lines.append(f"| {r['label']} | {r['records']} | {r['noise_multiplier']:.3f} | "
-                 f"{r['gamma']:.1f} | {per} |")
-  return "\n".join(lines) + f"\n\nδ = {delta:g}; ε recomputed with dp-accounting before training."
-
-
-def plot(rows: list[dict], names: list[str], out: str, title: str) -> None:
-  """Per-group accuracy bars (mean ± sd over seeds), one colour per method."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  groups = names + ["overall"]
-  fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(groups) * len(rows) / 2 + 3), 4.2))
-  width = 0.8 / len(rows)
-  for k, r in enumerate(rows):
-    stats = [r["group_accuracy"][g] for g in names] + [r["accuracy"]]
-    ax.bar(np.arange(len(groups)) + k * width, [100 * s["mean"] for s in stats], width,
-           yerr=[100 * s["std"] for s in stats], capsize=2, label=r["label"])
-  ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2)
-  ax.set_xticklabels(groups, rotation=30 if len(groups) > 5 else 0)
-  ax.set_ylabel("test accuracy (%)")
-  ax.set_title(title)
-  ax.grid(axis="y", alpha=0.3)
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(out, dpi=120)
-  plt.close(fig)
 
 
 def _floats(values, name: str) -> list[float]:
@@ -457,7 +284,7 @@ def main(argv):
           "read source files or a built split")
     data = load_data(preset, cfg["train_examples"], cfg["test_examples"], cfg["data_seed"],
                      _DATA_DIR.value, _SPLIT_DIR.value)
-    owners = owner_of_labels(data.y, preset.owners)
+    owners = ino_methods.owner_of_labels(data.y, preset.owners)
     if cfg["expected_batch"] > len(data.y):
       raise ValueError(f"--expected_batch={cfg['expected_batch']:g} exceeds the "
                        f"{len(data.y)} records; lower it.")
@@ -480,15 +307,14 @@ def main(argv):
         f"C={cfg['clip_norm']:g}, η={cfg['learning_rate']:g}, δ={cfg['delta']:g}; INO "
         f"γ={cfg['ino_gamma_ratio']:g}·E[Σ q C], Beta({cfg['ino_alpha']:g}, "
         f"{cfg['ino_beta']:g}); seeds {cfg['seeds']}", flush=True)
-  runs = []
-  for label, kind, drop in method_runs(cfg["methods"], cfg["drop_percents"]):
-    for seed in cfg["seeds"]:
-      slug = label.lower().replace(" ", "_").replace("%", "pct")
-      runs.append(run_method(data, owners, cfg, kind, drop, label, seed, class_groups,
-                             os.path.join(out_dir, slug, f"seed{seed}")))
-  rows = aggregate(runs, names)
-  table = format_table(rows, names, cfg["epsilons"])
-  plans = format_plans(rows, names, cfg["epsilons"], cfg["delta"])
+  # TensorFlow loads here, once the flags and the plan are known to be valid.
+  from tff_idp.ino_sgd import runs as ino_runs  # pylint: disable=g-import-not-at-top
+  rows, runs = ino_runs.run_methods(
+      data, owners, class_groups, cfg,
+      ino_methods.method_runs(cfg["methods"], cfg["drop_percents"]),
+      cfg["seeds"], out_dir)
+  table = ino_runs.format_table(rows, names, cfg["epsilons"])
+  plans = ino_runs.format_plans(rows, names, cfg["epsilons"], cfg["delta"])
   text = [f"## {preset.name}: per-group test accuracy ({len(cfg['seeds'])} seeds)\n\n{table}",
           f"## Privacy plans (the same for every seed)\n\n{plans}"]
   if preset.paper:
@@ -499,14 +325,12 @@ def main(argv):
   body = "\n\n".join(text)
   with open(os.path.join(out_dir, "summary.md"), "w") as f:
     f.write(f"{data.name}\n\n{body}\n")
-  public_runs = [{k: v for k, v in r.items() if not (cfg["release_only"] and k == "diagnostics")}
-                 for r in runs]
   summary_lib.write_summary(
       out_dir, "ino_sgd", {k: v for k, v in cfg.items() if k != "owners"}, rows,
       privacy_warning=warning,
       details={"owners": {g: list(c) for g, c in zip(names, preset.owners)},
-               "data": data.name, "runs": public_runs, "paper": preset.paper})
-  plot(rows, names, os.path.join(out_dir, "per_group.png"), preset.name)
+               "data": data.name, "runs": runs, "paper": preset.paper})
+  ino_runs.plot(rows, names, os.path.join(out_dir, "per_group.png"), preset.name)
   print()
   print(body)
   print(f"\nsummary.md/json, per_group.png and per-run metrics.csv in {out_dir}")

@@ -70,6 +70,7 @@ from tff_idp.execution import runtime
 from tff_idp.accounting.record.rdp_two_stage import THREAT_MODELS
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.audit import record_canaries
+from tff_idp.audit import report as audit_report
 from tff_idp.ino_sgd import importance
 from tff_idp.rpdp import record_level
 from tff_idp.rpdp import runs as record_runs
@@ -391,8 +392,10 @@ def main(argv):
       print(f"error: {e}", file=sys.stderr)
       return 2
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
-  table = record_runs.write_summary(results, len(seeds), _OUTPUT_DIR.value, config,
-                                    privacy_warning=privacy_flags.warning())
+  table = record_runs.write_summary(
+      results, len(seeds), _OUTPUT_DIR.value, config, privacy_warning=privacy_flags.warning(),
+      sections=[("Empirical privacy audit (record-level canaries, first seed)",
+                 audit_report.format_record_audit_table(results))])
   print()
   print(table)
   print(f"\nmetrics, checkpoints, summary.md/json and accuracy.png in {_OUTPUT_DIR.value}")

@@ -18,7 +18,8 @@ def test_sample_sd_is_ddof_one_and_zero_for_one_value():
 def test_written_summary_is_strict_json_with_infinity_as_null(tmp_path):
   path = summary.write_summary(
       str(tmp_path), "idp_fedavg", {"budgets": [1.0, math.inf]},
-      [{"label": "50-50", "epsilon_spent": [np.float64(0.9), math.inf], "n": np.int64(3)}],
+      [{"label": "50-50", "final_accuracies": [0.5], "mean_accuracy": 0.5,
+        "std_accuracy": 0.0, "epsilon_spent": [np.float64(0.9), math.inf], "n": np.int64(3)}],
       privacy_warning=None, details={"x": (1, 2)})
   text = open(path).read()
   assert "Infinity" not in text and "NaN" not in text
@@ -28,9 +29,12 @@ def test_written_summary_is_strict_json_with_infinity_as_null(tmp_path):
   assert doc["results"][0]["epsilon_spent"] == [0.9, None] and doc["results"][0]["n"] == 3
 
 
-def test_rows_need_a_label_and_families_are_known(tmp_path):
+def test_rows_need_a_label_and_the_accuracies_and_families_are_known(tmp_path):
   with pytest.raises(ValueError, match="label"):
     summary.write_summary(str(tmp_path), "rpdp", {}, [{"method": "ours"}])
+  with pytest.raises(ValueError, match="lacks std_accuracy"):
+    summary.write_summary(str(tmp_path), "rpdp", {}, [
+        {"label": "ours", "final_accuracies": [0.5], "mean_accuracy": 0.5}])
   with pytest.raises(ValueError, match="family"):
     summary.write_summary(str(tmp_path), "nope", {}, [])
 
@@ -42,4 +46,6 @@ def test_every_experiment_module_writes_the_schema(name):
   assert set(recorded) == set(summary.TOP_LEVEL_KEYS)
   assert recorded["schema"] == summary.SCHEMA_VERSION
   assert recorded["family"] in summary.FAMILIES
-  assert recorded["results"] and all("label" in r for r in recorded["results"])
+  assert recorded["results"]
+  # The recording sorts keys; the file itself has them in schema order.
+  summary.check_summary({k: recorded[k] for k in summary.TOP_LEVEL_KEYS})

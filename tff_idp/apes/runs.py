@@ -48,7 +48,10 @@ from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.sampling import PoissonClientSampler
 from tff_idp.engine import fingerprint as fingerprint_lib
 from tff_idp.engine.driver import RoundDriver
+from tff_idp.engine import report
 from tff_idp.engine import summary as summary_lib
+from tff_idp.engine.run_template import SeedResult
+from tff_idp.engine.run_template import run_grid
 
 # framework -> (training run it reads its accuracy from, mechanism of that run)
 FRAMEWORKS = collections.OrderedDict([
@@ -323,6 +326,73 @@ def default_shuffle_delta(delta: float, d: int, rounds: int) -> float:
   return float(f"{math.floor(raw / 10 ** exponent)}e{exponent}")
 
 
+class ApesRuns:
+  """:class:`~tff_idp.engine.run_template.FamilyRuns` of APES: one spec per training run.
+
+  A run is trained once and read by every framework that needs it (PLDP and
+  UniS share the Laplace run); its ledger is that of the first such
+  framework in ``frameworks``.
+  """
+
+  def __init__(self, frameworks: Sequence[str], federation: UserFederation,
+               epsilons: np.ndarray, training: ApesTraining, accounting: ApesAccounting,
+               output_dir: str, evaluate: Callable[[Any], dict], eval_every: int,
+               checkpoint_every: int, progress: bool, insecure_reproducible_noise: bool,
+               restart: bool):
+    self.frameworks, self.federation, self.epsilons = list(frameworks), federation, epsilons
+    self.training, self.accounting, self.output_dir = training, accounting, output_dir
+    self.evaluate, self.eval_every, self.checkpoint_every = evaluate, eval_every, checkpoint_every
+    self.progress, self.insecure, self.restart = progress, insecure_reproducible_noise, restart
+    self.keep = keep_count(training, federation.num_params)
+    self._ledgers: dict = {}
+
+  def runs(self) -> list[str]:
+    """The training runs the frameworks need, once each, in order."""
+    return list(dict.fromkeys(FRAMEWORKS[f][0] for f in self.frameworks))
+
+  def ledger(self, framework: str) -> dict:
+    """The framework's ledger row (:func:`framework_ledger`), computed once."""
+    if framework not in self._ledgers:
+      self._ledgers[framework] = framework_ledger(
+          framework, self.epsilons, self.federation.num_params, self.keep,
+          self.training.rounds, self.accounting)
+    return self._ledgers[framework]
+
+  def begin_spec(self, run: str) -> None:
+    """The run's local ε (b·ε for S-APES) and its ledger."""
+    framework = next(f for f in self.frameworks if FRAMEWORKS[f][0] == run)
+    mechanism = FRAMEWORKS[framework][1]
+    run_eps = run_epsilons(framework, self.epsilons)
+    sparse = framework in SAPES_SELECTION
+    if sparse:
+      # The drawn ε is per coordinate; S-APES spends it on each of the b kept
+      # coordinates, so the user's budget handed to Alg. 2 is b·ε (the paper's
+      # Table 3 lists ε^{ul} = b·ε for S-APES).
+      run_eps = run_eps * self.keep
+    ledger = self.ledger(framework)
+    self._mechanism, self._run_eps = mechanism, run_eps
+    self._accountant = None if mechanism == "none" else ShuffleRoundLedger(
+        ledger["eps_c"], ledger["eps_uc_round"], ledger["eps_uc_cumulative"],
+        ShuffledLdpDpEvent(tuple(float(e) for e in run_eps), self.federation.num_params,
+                           self.keep if sparse else None,
+                           SAPES_SELECTION.get(framework, "all")))
+
+  def run_seed(self, run: str, seed: int) -> SeedResult:
+    """Trains (or resumes) the run in ``output_dir/<run>``."""
+    rows = run_training(
+        run, self._mechanism, self.federation, self._run_eps, self.training, seed,
+        os.path.join(self.output_dir, run), self._accountant, self.evaluate,
+        eval_every=self.eval_every, checkpoint_every=self.checkpoint_every,
+        progress=self.progress, insecure_reproducible_noise=self.insecure,
+        restart=self.restart)
+    history = [(int(r["round"]), float(r["eval_accuracy"])) for r in rows
+               if r.get("eval_accuracy") not in (None, "")]
+    return SeedResult(history[-1][1] if history else float("nan"), history)
+
+  def end_spec(self, run: str, results: Sequence[SeedResult]) -> dict:
+    return {"label": run, "run": run, "history": results[0].history}
+
+
 def run_frameworks(frameworks: Sequence[str], federation: UserFederation,
                    epsilons: np.ndarray, training: ApesTraining, accounting: ApesAccounting,
                    run_seed: int, output_dir: str, eval_every: int = 1,
@@ -332,45 +402,28 @@ def run_frameworks(frameworks: Sequence[str], federation: UserFederation,
   """Trains every run the frameworks need (once each) and returns one row per framework.
 
   Each row: the framework's ledger (:func:`framework_ledger`), its run's
-  final accuracy and accuracy per round. Runs live in ``output_dir/<run>``
-  and resume from their checkpoints when rerun with the same settings.
+  final accuracy (``accuracy``, and ``mean_accuracy`` of the one seed) and
+  accuracy per round. Runs live in ``output_dir/<run>`` and resume from
+  their checkpoints when rerun with the same settings.
   """
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   from tff_idp.engine.evaluation import keras_evaluator  # pylint: disable=g-import-not-at-top
   d, c = federation.num_features, federation.num_classes
   evaluate = keras_evaluator(lambda: models.build_logistic_regression(d, c),
                              federation.test_x, federation.test_y, batch_size=4096)
-  keep = keep_count(training, federation.num_params)
-  histories: dict = {}
+  family = ApesRuns(frameworks, federation, epsilons, training, accounting, output_dir,
+                    evaluate, eval_every, checkpoint_every, progress,
+                    insecure_reproducible_noise, restart)
+  by_run = {row["run"]: row for row in run_grid(family.runs(), [run_seed], family)}
   rows = []
   for framework in frameworks:
     run, mechanism = FRAMEWORKS[framework]
-    ledger = framework_ledger(framework, epsilons, federation.num_params, keep,
-                              training.rounds, accounting)
-    if run not in histories:
-      run_eps = run_epsilons(framework, epsilons)
-      if framework in SAPES_SELECTION:
-        # The drawn ε is per coordinate; S-APES spends it on each of the b kept
-        # coordinates, so the user's budget handed to Alg. 2 is b·ε (the paper's
-        # Table 3 lists ε^{ul} = b·ε for S-APES).
-        run_eps = run_eps * keep
-      accountant = None if mechanism == "none" else ShuffleRoundLedger(
-          ledger["eps_c"], ledger["eps_uc_round"], ledger["eps_uc_cumulative"],
-          ShuffledLdpDpEvent(tuple(float(e) for e in run_eps), federation.num_params,
-                             keep if framework in SAPES_SELECTION else None,
-                             SAPES_SELECTION.get(framework, "all")))
-      rows_of_run = run_training(
-          run, mechanism, federation, run_eps, training, run_seed,
-          os.path.join(output_dir, run), accountant, evaluate, eval_every=eval_every,
-          checkpoint_every=checkpoint_every, progress=progress,
-          insecure_reproducible_noise=insecure_reproducible_noise, restart=restart)
-      histories[run] = [(int(r["round"]), float(r["eval_accuracy"])) for r in rows_of_run
-                        if r.get("eval_accuracy") not in (None, "")]
-    history = histories[run]
+    of_run = by_run[run]
     rows.append({"framework": framework, "label": LABELS[framework], "run": run,
-                 "mechanism": mechanism, **ledger,
-                 "accuracy": history[-1][1] if history else float("nan"),
-                 "history": history})
+                 "mechanism": mechanism, **family.ledger(framework),
+                 "accuracy": of_run["mean_accuracy"], "history": of_run["history"],
+                 **{k: of_run[k] for k in ("final_accuracies", "mean_accuracy",
+                                           "std_accuracy")}})
   return rows
 
 
@@ -389,11 +442,7 @@ def format_table(rows: Sequence[dict], training: ApesTraining,
                  accounting: ApesAccounting) -> str:
   """The Table 3/4-style table: one-round ε beside T-round ε^{uc} and accuracy."""
   t = training.rounds
-  lines = [
-      f"| framework | ε^{{ul}} (local, per user) | ε^c (1 round, per coordinate) | "
-      f"ε^c EoN as published | ε^{{uc}} 1 round | ε^{{uc}} 1 round (paper's composition) | "
-      f"ε^{{uc}} {t} rounds | accuracy after {t} rounds (%) |",
-      "|---|---|---|---|---|---|---|---|"]
+  cells = []
   for r in rows:
     ul = _range(r["eps_ul_min"], r["eps_ul_max"])
     claim = "‡" if r.get("selection") == "top_b" else ""
@@ -402,11 +451,13 @@ def format_table(rows: Sequence[dict], training: ApesTraining,
     no_gain = str(r.get("reason", "")).startswith("no amplification")
     eps_c = _fmt(r["eps_c"], 4) + (" (no amplification)" if no_gain else
                                    " (none certified)" if claim else "")
-    lines.append(
-        f"| {r['label']} | {ul} | {eps_c} | "
-        f"{_fmt(r.get('eps_c_eon_paper'), 4)} | {_fmt(r['eps_uc_round'])} | "
-        f"{_fmt(r.get('eps_uc_round_paper'))}{claim} | {_fmt(r['eps_uc_total'])} | "
-        f"{100 * r['accuracy']:.2f} |")
+    cells.append([r["label"], ul, eps_c, _fmt(r.get("eps_c_eon_paper"), 4),
+                  _fmt(r["eps_uc_round"]), f"{_fmt(r.get('eps_uc_round_paper'))}{claim}",
+                  _fmt(r["eps_uc_total"]), f"{100 * r['accuracy']:.2f}"])
+  lines = [report.markdown_table(
+      ["framework", "ε^{ul} (local, per user)", "ε^c (1 round, per coordinate)",
+       "ε^c EoN as published", "ε^{uc} 1 round", "ε^{uc} 1 round (paper's composition)",
+       f"ε^{{uc}} {t} rounds", f"accuracy after {t} rounds (%)"], cells)]
   lines.append(
       f"\n\nε^c: one shuffled round, per coordinate, at δ_s = {accounting.shuffle_delta:g} "
       f"for APES/S-APES from the {accounting.bound!r} bound; UniS is FMT22 at max ε, as "
@@ -432,27 +483,14 @@ def _range(lo: Optional[float], hi: Optional[float]) -> str:
 
 
 def plot(rows: Sequence[dict], path: str) -> None:
-  """Accuracy per round, one line per training run."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  import matplotlib.ticker  # pylint: disable=g-import-not-at-top,unused-import
-  fig, ax = plt.subplots(figsize=(6.5, 4.2))
-  seen = {}
+  """Accuracy per round, one line per training run (labelled by its frameworks)."""
+  names: dict = {}
   for r in rows:
-    seen.setdefault(r["run"], []).append(r["label"])
-  for r in rows:
-    if r["run"] in seen and r["history"]:
-      h = np.asarray(r["history"], dtype=float)
-      ax.plot(h[:, 0], 100 * h[:, 1], marker=".", label=" / ".join(seen.pop(r["run"])))
-  ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-  ax.set_xlabel("round")
-  ax.set_ylabel("test accuracy (%)")
-  ax.grid(alpha=0.3)
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+    names.setdefault(r["run"], []).append(r["label"])
+  series = [(" / ".join(names.pop(r["run"])), r["history"]) for r in rows if r["run"] in names]
+  with report.figure(path, figsize=(6.5, 4.2)) as (ax,):
+    report.plot_histories(ax, series, ylabel="test accuracy (%)", percent=True,
+                          integer_x=True)
 
 
 def write_summary(rows: Sequence[dict], training: ApesTraining, accounting: ApesAccounting,

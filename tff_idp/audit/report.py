@@ -8,6 +8,7 @@ part, so their cosines are pooled across groups too.
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 from typing import Optional, Sequence
@@ -15,6 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from tff_idp.audit import estimator
+from tff_idp.engine import report as engine_report
 
 
 def audit_groups(cosines: Sequence[np.ndarray], groups: Sequence[np.ndarray],
@@ -95,47 +97,66 @@ def plot_audit(results: Sequence[dict], path: str, title: str = "") -> bool:
 
   Returns False (and logs) when matplotlib is missing.
   """
-  try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  except ImportError:
+  if importlib.util.find_spec("matplotlib") is None:
     logging.warning("matplotlib missing: no %s", path)
     return False
-  fig, ax = plt.subplots(figsize=(7, 5))
-  floor = 1e-2  # ε̂ = 0 is drawn at the floor of the log axis
-  x_top, y_top = 1.0, 1.0
-  markers = "osD^v<>P*X"
-  drawn = [r for r in results if any(g["bound"] is not None for g in r.get("audit") or [])]
-  for i, r in enumerate(drawn):
-    rows = [g for g in r["audit"] if g["bound"] is not None]
-    x = np.array([g["bound"] for g in rows])
-    y, lo, hi = (np.clip([g[k] for g in rows], floor, estimator.EPSILON_CAP)
-                 for k in ("epsilon", "ci_low", "ci_high"))
-    offset = (i - (len(drawn) - 1) / 2) * 0.04 * max(1.0, float(x.max()))
-    # A percentile interval need not contain the point estimate (and ε̂ = 0 is
-    # drawn at the floor): bars never extend below 0.
-    yerr = [np.maximum(y - lo, 0.0), np.maximum(hi - y, 0.0)]
-    ax.errorbar(x + offset, y, yerr=yerr, fmt=markers[i % len(markers)],
-                capsize=3, label=r["run"])
-    for g, xi, yi in zip(rows, x + offset, y):
-      if g["flagged"]:
-        ax.annotate("violation", (xi, yi), textcoords="offset points", xytext=(5, -3),
-                    fontsize=7, color="red")
-    x_top = max(x_top, float(x.max()))
-    y_top = max(y_top, float(hi.max()))
-  x_top *= 1.25
-  line = np.linspace(floor, x_top, 200)
-  ax.plot(line, line, "k--", lw=1, label="empirical = bound")
-  ax.set_yscale("log")
-  ax.set_xlim(0, x_top)
-  ax.set_ylim(floor, y_top * 1.5)
-  ax.set_xlabel("ε bound (ledger)")
-  ax.set_ylabel("ε empirical (canary audit, 95% CI; log scale)")
-  ax.set_title(title or "Empirical privacy audit per group")
-  ax.grid(alpha=0.3, which="both")
-  ax.legend(fontsize=7, loc="upper left")
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  with engine_report.figure(path, figsize=(7, 5)) as (ax,):
+    floor = 1e-2  # ε̂ = 0 is drawn at the floor of the log axis
+    x_top, y_top = 1.0, 1.0
+    markers = "osD^v<>P*X"
+    drawn = [r for r in results if any(g["bound"] is not None for g in r.get("audit") or [])]
+    for i, r in enumerate(drawn):
+      rows = [g for g in r["audit"] if g["bound"] is not None]
+      x = np.array([g["bound"] for g in rows])
+      y, lo, hi = (np.clip([g[k] for g in rows], floor, estimator.EPSILON_CAP)
+                   for k in ("epsilon", "ci_low", "ci_high"))
+      offset = (i - (len(drawn) - 1) / 2) * 0.04 * max(1.0, float(x.max()))
+      # A percentile interval need not contain the point estimate (and ε̂ = 0 is
+      # drawn at the floor): bars never extend below 0.
+      yerr = [np.maximum(y - lo, 0.0), np.maximum(hi - y, 0.0)]
+      ax.errorbar(x + offset, y, yerr=yerr, fmt=markers[i % len(markers)],
+                  capsize=3, label=r["run"])
+      for g, xi, yi in zip(rows, x + offset, y):
+        if g["flagged"]:
+          ax.annotate("violation", (xi, yi), textcoords="offset points", xytext=(5, -3),
+                      fontsize=7, color="red")
+      x_top = max(x_top, float(x.max()))
+      y_top = max(y_top, float(hi.max()))
+    x_top *= 1.25
+    line = np.linspace(floor, x_top, 200)
+    ax.plot(line, line, "k--", lw=1, label="empirical = bound")
+    ax.set_yscale("log")
+    ax.set_xlim(0, x_top)
+    ax.set_ylim(floor, y_top * 1.5)
+    ax.set_xlabel("ε bound (ledger)")
+    ax.set_ylabel("ε empirical (canary audit, 95% CI; log scale)")
+    ax.set_title(title or "Empirical privacy audit per group")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left")
   return True
+
+
+def format_record_audit_table(results: Sequence[dict]) -> str:
+  """rPDP-FL's record-level audit per method and budget level: ledger ε bound vs empirical ε.
+
+  Empty when no row has an ``audit`` (no ``audit_canaries``).
+  """
+  audited = [r for r in results if r.get("audit")]
+  if not audited:
+    return ""
+  lines = ["| method | level ε | rate q | ε bound (ledger) | ε empirical (95% CI) | flagged | "
+           "canaries inserted / held out | accuracy with / without canaries |",
+           "|---|---|---|---|---|---|---|---|"]
+  for r in audited:
+    with_c, without = r.get("audit_accuracy_with_canaries"), r.get(
+        "audit_accuracy_without_canaries")
+    utility = "—" if with_c is None or without is None else \
+        f"{100 * with_c:.2f} / {100 * without:.2f}"
+    for level in r["audit"]:
+      lines.append(
+          f"| {r['method']} | {level['level']:g} | {level['rate']:.4g} | "
+          f"{level['bound']:.3g} | {level['formatted']} | "
+          f"{'YES' if level['flagged'] else 'no'}"
+          f"{' (few canaries)' if level.get('few_canaries') else ''} | "
+          f"{level['num_inserted']} / {level['num_held_out']} | {utility} |")
+  return "\n".join(lines)

@@ -9,7 +9,10 @@ Every experiment writes, next to its ``summary.md`` table::
    "results": [{"label": ..., "mean_accuracy": ..., "std_accuracy": ..., ...}, ...],
    "details": {...}}            # family-specific extras (curves, owners, ...)
 
-* every row has ``label``, the name it has in the printed table;
+* every row has ``label`` (its name in the printed table), ``final_accuracies``
+  (one per seed, in seed order), ``mean_accuracy`` and ``std_accuracy``
+  (:data:`ROW_KEYS`; :func:`tff_idp.engine.run_template.run_grid` adds the
+  last three), then the family's own entries;
 * ``std_accuracy`` (and every other sd) is the sample sd over seeds, ddof = 1
   (0 for one seed): :func:`sample_sd`;
 * infinite and NaN values (e.g. ε = ∞ budgets) are written as ``null``: the
@@ -28,6 +31,7 @@ import numpy as np
 SCHEMA_VERSION = 1
 TOP_LEVEL_KEYS = ("schema", "family", "privacy_warning", "config", "results", "details")
 FAMILIES = ("idp_fedavg", "rpdp", "ino_sgd", "apes", "centralized", "audit")
+ROW_KEYS = ("label", "final_accuracies", "mean_accuracy", "std_accuracy")
 
 
 def sample_sd(values: Sequence[float]) -> float:
@@ -64,13 +68,11 @@ def write_summary(output_dir: str, family: str, config: Mapping[str, Any],
                   details: Optional[Mapping[str, Any]] = None) -> str:
   """Writes ``summary.json`` in the one schema; returns its path.
 
-  Raises ValueError for an unknown family or a row without ``label``.
+  Raises ValueError for an unknown family or a row without one of :data:`ROW_KEYS`.
   """
   if family not in FAMILIES:
     raise ValueError(f"family={family!r} must be one of {FAMILIES}.")
-  for i, row in enumerate(results):
-    if "label" not in row:
-      raise ValueError(f"results[{i}] has no 'label' (its name in the table).")
+  _check_rows(results)
   doc = {"schema": SCHEMA_VERSION, "family": family, "privacy_warning": privacy_warning,
          "config": json_safe(dict(config)), "results": json_safe(list(results)),
          "details": json_safe(dict(details or {}))}
@@ -87,7 +89,13 @@ def check_summary(doc: Mapping[str, Any]) -> None:
     raise ValueError(f"top-level keys {tuple(doc)} != {TOP_LEVEL_KEYS}")
   if doc["schema"] != SCHEMA_VERSION or doc["family"] not in FAMILIES:
     raise ValueError(f"schema {doc['schema']} / family {doc['family']!r}")
-  for i, row in enumerate(doc["results"]):
-    if "label" not in row:
-      raise ValueError(f"results[{i}] has no label")
+  _check_rows(doc["results"])
   json.dumps(doc, allow_nan=False)  # strict JSON: no Infinity / NaN
+
+
+def _check_rows(results: Sequence[Mapping[str, Any]]) -> None:
+  for i, row in enumerate(results):
+    missing = [k for k in ROW_KEYS if k not in row]
+    if missing:
+      raise ValueError(f"results[{i}] lacks {', '.join(missing)} (every row has "
+                       f"{', '.join(ROW_KEYS)}; label is its name in the table).")

@@ -43,6 +43,7 @@ from tff_idp.engine.driver import RoundDriver
 from tff_idp.engine.plugins import RunPlugin
 from tff_idp.engine.run_template import SeedResult
 from tff_idp.engine.run_template import run_grid
+from tff_idp.engine import report
 from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.metrics import read_metrics
 from tff_idp.idp_fedavg.process import build_idp_fedavg_process
@@ -508,27 +509,26 @@ def format_table(config: TrainingConfig, results: list[dict],
     add_paired_comparisons(results)
   n = len(config.seeds)
   budgets = "-".join(f"{b:g}" for b in config.budgets)
-  head = (f"| distribution (ε {budgets}) | σ | z_Δ | q per group | E[clients/round] | "
-          f"accuracy % (mean ± sd, {n} seed(s)) | paired Δ = ref − this "
-          f"(points, 95% CI, one-sided p) | separated |")
-  lines = [head, "|---|---|---|---|---|---|---|---|"]
+  cells = []
   for r in results:
-    sigma = "—" if r["noise_multiplier"] is None else f"{r['noise_multiplier']:.4f}"
-    z_value = r.get("value_noise_multiplier")
-    z_text = "—" if z_value is None else f"{z_value:.4f}"
     qs = ", ".join(f"{q:.5f}" if size else "·" for q, size in
                    zip(r["group_rates"], r["group_sizes"]))
     pair = r.get("paired")
     if pair is None:
-      pair_text, separated = "—", "—"
+      pair_text, separated = report.DASH, report.DASH
     else:
       pair_text = (f"vs {pair['a']}: "
                    + paired_stats.PairedComparison.from_dict(pair).format())
-      separated = "—" if pair["n"] < 2 else ("yes" if pair["separated"] else "no")
-    lines.append(f"| {r['run']} | {sigma} | {z_text} | {qs} | "
-                 f"{r['expected_clients_per_round']:.2f} | "
-                 f"{100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} | "
-                 f"{pair_text} | {separated} |")
+      separated = report.DASH if pair["n"] < 2 else ("yes" if pair["separated"] else "no")
+    cells.append([r["run"], report.or_dash(r["noise_multiplier"], lambda v: f"{v:.4f}"),
+                  report.or_dash(r.get("value_noise_multiplier"), lambda v: f"{v:.4f}"),
+                  qs, f"{r['expected_clients_per_round']:.2f}",
+                  report.percent_pm(r["mean_accuracy"], r["std_accuracy"]), pair_text,
+                  separated])
+  lines = [report.markdown_table(
+      [f"distribution (ε {budgets})", "σ", "z_Δ", "q per group", "E[clients/round]",
+       f"accuracy % (mean ± sd, {n} seed(s))",
+       "paired Δ = ref − this (points, 95% CI, one-sided p)", "separated"], cells)]
   sigma_b = ("0.05·c" if config.clipped_count_stddev is None
              else f"{config.clipped_count_stddev:g}")
   chain = [r["paired"] for r in results
@@ -573,45 +573,44 @@ def mean_band(histories: Sequence[Sequence[Sequence[float]]], confidence: float 
 def plot_accuracy(results: list[dict], path: str, warning: Optional[str] = None) -> None:
   """The table at a glance: accuracy per round (mean over seeds, 95% t-band) and the
   paired comparisons of the final accuracies (Δ = reference − run, 95% CI)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  import matplotlib.ticker  # pylint: disable=g-import-not-at-top,unused-import
-  fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6),
-                                    gridspec_kw={"width_ratios": [1.5, 1]})
-  n = max((len(r.get("history_by_seed") or [r["history"]]) for r in results), default=0)
-  for r in results:
-    rounds, mean, half = mean_band(r.get("history_by_seed") or [r["history"]])
-    if rounds.size:
-      line, = left.plot(rounds, 100 * mean, marker=".", label=r["run"])
-      left.fill_between(rounds, 100 * (mean - half), 100 * (mean + half),
-                        color=line.get_color(), alpha=0.18, lw=0)
-  left.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-  left.set_xlabel("round")
-  left.set_ylabel(f"test accuracy % (mean of {n} seed(s), 95% band)")
-  left.set_title("accuracy per round" + (f"\n{warning}" if warning else ""),
-                 color="red" if warning else "black")
-  left.grid(alpha=0.3)
-  left.legend(fontsize=8)
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
+  with report.figure(path, 2, figsize=(12, 4.6),
+                     gridspec_kw={"width_ratios": [1.5, 1]}) as (left, right):
+    n = max((len(r.get("history_by_seed") or [r["history"]]) for r in results), default=0)
+    for r in results:
+      rounds, mean, half = mean_band(r.get("history_by_seed") or [r["history"]])
+      if rounds.size:
+        line, = left.plot(rounds, 100 * mean, marker=".", label=r["run"])
+        left.fill_between(rounds, 100 * (mean - half), 100 * (mean + half),
+                          color=line.get_color(), alpha=0.18, lw=0)
+    left.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    left.set_xlabel("round")
+    left.set_ylabel(f"test accuracy % (mean of {n} seed(s), 95% band)")
+    left.set_title("accuracy per round" + (f"\n{warning}" if warning else ""),
+                   color="red" if warning else "black")
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    _plot_paired(right, results)
+
+
+def _plot_paired(ax, results: list[dict]) -> None:
+  """The paired comparisons of the final accuracies: Δ = reference − run, 95% CI."""
   pairs = [(r["run"], r["paired"]) for r in results if r.get("paired")]
   for i, (run, pair) in enumerate(pairs):
     mean = 100 * pair["mean"]
     if pair.get("ci_low") is None:
-      right.plot([mean], [i], "o", color="gray")
+      ax.plot([mean], [i], "o", color="gray")
     else:
       lo, hi = 100 * pair["ci_low"], 100 * pair["ci_high"]
-      right.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", capsize=4,
-                     color="tab:green" if pair.get("separated") else "tab:red")
-  right.axvline(0, color="black", lw=0.8)
-  right.set_yticks(range(len(pairs)))
-  right.set_yticklabels([f"{p['a']} − {run}" for run, p in pairs], fontsize=8)
-  right.invert_yaxis()
-  right.set_xlabel("final accuracy Δ (points), paired over seeds, 95% CI")
-  right.set_title("green: separated (CI above 0)")
-  right.grid(alpha=0.3, axis="x")
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+      ax.errorbar([mean], [i], xerr=[[mean - lo], [hi - mean]], fmt="o", capsize=4,
+                  color="tab:green" if pair.get("separated") else "tab:red")
+  ax.axvline(0, color="black", lw=0.8)
+  ax.set_yticks(range(len(pairs)))
+  ax.set_yticklabels([f"{p['a']} − {run}" for run, p in pairs], fontsize=8)
+  ax.invert_yaxis()
+  ax.set_xlabel("final accuracy Δ (points), paired over seeds, 95% CI")
+  ax.set_title("green: separated (CI above 0)")
+  ax.grid(alpha=0.3, axis="x")
 
 
 def write_summary(config: TrainingConfig, results: list[dict],
@@ -627,5 +626,5 @@ def write_summary(config: TrainingConfig, results: list[dict],
     plot_accuracy(results, os.path.join(config.output_dir, "accuracy.png"), warning)
     for plugin in plugins:
       plugin.plot(results, config.output_dir)
-  except ImportError:
-    logging.warning("matplotlib missing: no accuracy.png")
+  except ImportError:  # report.figure skips a missing matplotlib; a plug-in may not
+    logging.warning("matplotlib missing: no plug-in plots")

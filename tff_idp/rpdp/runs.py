@@ -14,8 +14,9 @@ With an ``audit`` plug-in (``RecordCanaryAudit(k)`` of
 Andrew et al., ICLR 2024) every private method also gets an empirical
 privacy audit: one more run of its first seed with
 k canaries, whose per-level "ε bound" (the ledger's) and "ε empirical (95%
-CI)" go into the summary row (``audit``) and :func:`format_audit_table`,
-together with the final accuracy with and without canaries.
+CI)" go into the summary row (``audit``), with the final accuracy with and
+without canaries; the audit's table is
+:func:`tff_idp.audit.report.format_record_audit_table`.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import collections
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Mapping, Optional, Protocol
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -37,6 +38,7 @@ from tff_idp.engine import evaluation
 from tff_idp.engine import group_metrics
 from tff_idp.rpdp import record_level
 from tff_idp.engine.metrics import read_metrics
+from tff_idp.engine import report
 from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.run_template import SeedResult
 from tff_idp.engine.run_template import run_grid
@@ -111,87 +113,47 @@ def group_summary(final_rows: list[dict], group_names: list[str]) -> dict:
 def format_table(results: list[dict], num_seeds: int) -> str:
   """The Fig. 8-style table; with budgets by class, per-group utility columns too."""
   by_group = all("group_accuracy" in r for r in results)
-  head = (f"| method | accuracy (mean ± sd, {num_seeds} seed(s)) | E[batch]/step | "
-          "records with q=0 | excluded at end | mean ε spent / mean budget | "
-          "max budget used vs effective ε | budget used vs own ε_ij (max / mean) | SCF R² | "
-          "lowered by exact check |")
-  rule = "|---|---|---|---|---|---|---|---|---|---|"
+  header = [
+      "method", f"accuracy (mean ± sd, {num_seeds} seed(s))", "E[batch]/step",
+      "records with q=0", "excluded at end", "mean ε spent / mean budget",
+      "max budget used vs effective ε", "budget used vs own ε_ij (max / mean)", "SCF R²",
+      "lowered by exact check"]
   if by_group:
-    head += (" accuracy per group (mean) | worst group accuracy (mean) | "
-             "imbalance (sd of group recalls) |")
-    rule += "---|---|---|"
-  lines = [head, rule]
+    header += ["accuracy per group (mean)", "worst group accuracy (mean)",
+               "imbalance (sd of group recalls)"]
+  cells = []
   for r in results:
     c = r["calibration"]
-    r2 = f"{c['r_squared']:.4f}" if "r_squared" in c else "—"
-    lowered = c.get("lowered_by_exact_check", "—")
-    spent = "—" if r["mean_epsilon_spent"] is None else \
+    spent = report.DASH if r["mean_epsilon_spent"] is None else \
         f"{r['mean_epsilon_spent']:.3f} / {r['mean_budget']:.3f}"
-    excluded = "—" if r["excluded_at_end"] is None else r["excluded_at_end"]
-    vs_effective = "—" if r.get("max_budget_used_vs_effective") is None else \
-        f"{r['max_budget_used_vs_effective']:.3f}"
-    vs_own = "—" if r.get("max_budget_used_vs_own") is None else \
+    vs_own = report.DASH if r.get("max_budget_used_vs_own") is None else \
         f"{r['max_budget_used_vs_own']:.3f} / {r['mean_budget_used_vs_own']:.3f}"
-    lines.append(
-        f"| {r['method']} | {100 * r['mean_accuracy']:.2f} ± {100 * r['std_accuracy']:.2f} | "
-        f"{r['mean_expected_batch']:.1f} | {r['records_q0']} | {excluded} | "
-        f"{spent} | {vs_effective} | {vs_own} | {r2} | {lowered} |")
+    row = [r["method"], report.percent_pm(r["mean_accuracy"], r["std_accuracy"]),
+           f"{r['mean_expected_batch']:.1f}", r["records_q0"],
+           report.or_dash(r["excluded_at_end"]), spent,
+           report.or_dash(r.get("max_budget_used_vs_effective"), lambda v: f"{v:.3f}"),
+           vs_own, f"{c['r_squared']:.4f}" if "r_squared" in c else report.DASH,
+           c.get("lowered_by_exact_check", report.DASH)]
     if by_group:
       per_group = ", ".join(f"{g}: {100 * a:.2f}" for g, a in r["group_accuracy"].items())
-      worst = ", ".join(dict.fromkeys(g for g in r["worst_groups"] if g)) or "—"
-      lines[-1] += (f" {per_group} | {100 * r['mean_worst_group_accuracy']:.2f} ({worst}) | "
-                    f"{100 * r['mean_imbalance']:.2f} |")
-  return "\n".join(lines)
-
-
-def format_audit_table(results: list[dict]) -> str:
-  """Per method and budget level: the ledger's ε bound and the empirical ε (audit runs).
-
-  Empty when no row has an ``audit`` (no ``audit_canaries``).
-  """
-  audited = [r for r in results if r.get("audit")]
-  if not audited:
-    return ""
-  lines = ["| method | level ε | rate q | ε bound (ledger) | ε empirical (95% CI) | flagged | "
-           "canaries inserted / held out | accuracy with / without canaries |",
-           "|---|---|---|---|---|---|---|---|"]
-  for r in audited:
-    with_c, without = r.get("audit_accuracy_with_canaries"), r.get(
-        "audit_accuracy_without_canaries")
-    utility = "—" if with_c is None or without is None else \
-        f"{100 * with_c:.2f} / {100 * without:.2f}"
-    for level in r["audit"]:
-      lines.append(
-          f"| {r['method']} | {level['level']:g} | {level['rate']:.4g} | "
-          f"{level['bound']:.3g} | {level['formatted']} | "
-          f"{'YES' if level['flagged'] else 'no'}"
-          f"{' (few canaries)' if level.get('few_canaries') else ''} | "
-          f"{level['num_inserted']} / {level['num_held_out']} | {utility} |")
-  return "\n".join(lines)
+      worst = ", ".join(dict.fromkeys(g for g in r["worst_groups"] if g)) or report.DASH
+      row += [per_group, f"{100 * r['mean_worst_group_accuracy']:.2f} ({worst})",
+              f"{100 * r['mean_imbalance']:.2f}"]
+    cells.append(row)
+  return report.markdown_table(header, cells)
 
 
 def plot(results: list[dict], out: str) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
-  for r in results:
-    h = np.asarray(r["history"], dtype=float)
-    if h.size:
-      ax0.plot(h[:, 0], h[:, 1], marker=".", label=r["method"])
-  ax0.set_xlabel("round")
-  ax0.set_ylabel("test accuracy (first seed)")
-  ax0.grid(alpha=0.3)
-  ax0.legend()
-  budgets = results[0]["budget_sample"]
-  ax1.hist(budgets, bins=np.geomspace(max(min(budgets), 1e-3), max(budgets) * 1.01, 40))
-  ax1.set_xscale("log")
-  ax1.set_xlabel("ε_ij")
-  ax1.set_ylabel("records")
-  ax1.set_title("privacy preferences")
-  fig.tight_layout()
-  fig.savefig(out, dpi=120)
-  plt.close(fig)
+  """Accuracy per round (first seed) and the histogram of the records' budgets."""
+  with report.figure(out, 2, figsize=(11, 4.2)) as (ax0, ax1):
+    report.plot_histories(ax0, [(r["method"], r["history"]) for r in results],
+                          ylabel="test accuracy (first seed)")
+    budgets = results[0]["budget_sample"]
+    ax1.hist(budgets, bins=np.geomspace(max(min(budgets), 1e-3), max(budgets) * 1.01, 40))
+    ax1.set_xscale("log")
+    ax1.set_xlabel("ε_ij")
+    ax1.set_ylabel("records")
+    ax1.set_title("privacy preferences")
 
 
 def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
@@ -438,13 +400,18 @@ def write_record_plan(plans: Mapping[str, "record_level.RecordPlan"], params: Tw
 
 
 def write_summary(results: list[dict], num_seeds: int, output_dir: str,
-                  config: Optional[dict] = None, privacy_warning: Optional[str] = None) -> str:
+                  config: Optional[dict] = None, privacy_warning: Optional[str] = None,
+                  sections: Sequence[tuple[str, str]] = ()) -> str:
   """Writes ``summary.md`` (the table), ``summary.json`` (config + rows) and
-  ``accuracy.png`` into ``output_dir``; returns the table."""
+  ``accuracy.png`` into ``output_dir``; returns the table.
+
+  ``sections``: ``(title, text)`` pairs printed below the table where the
+  text is not empty (a plug-in's table, e.g. the record-level audit's).
+  """
   table = format_table(results, num_seeds)
-  audit_table = format_audit_table(results)
-  if audit_table:
-    table += "\n\nEmpirical privacy audit (record-level canaries, first seed):\n\n" + audit_table
+  for title, text in sections:
+    if text:
+      table += f"\n\n{title}:\n\n{text}"
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")

@@ -1,0 +1,179 @@
+"""INO-SGD vs IDP-SGD vs "Drop x%" on one silo, through the engine's run template.
+
+Data owners hold classes and set budgets (INO-SGD paper §5); every method ×
+seed plans the owners' rates (:mod:`tff_idp.accounting.owner.plan`, SAMPLE or
+SCALE, re-verified with dp-accounting), trains record-level DP-SGD on the
+silo (:mod:`tff_idp.centralized.trainer`) with INO-SGD's importance weights
+(Alg. 1, :mod:`tff_idp.ino_sgd.importance`) where asked, and evaluates per
+owner group. :func:`run_methods` runs the grid with
+:func:`tff_idp.engine.run_template.run_grid`; the rows follow the summary
+schema of docs/api.md (``label``, ``mean_accuracy``, ``std_accuracy``, ...).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from tff_idp.accounting.owner import plan as owner_plan
+from tff_idp.centralized import trainer as centralized
+from tff_idp.centralized.silo import Silo
+from tff_idp.engine import group_metrics
+from tff_idp.engine import metrics as metrics_lib
+from tff_idp.engine import report
+from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
+from tff_idp.engine.run_template import SeedResult
+from tff_idp.engine.run_template import run_grid
+from tff_idp.engine.summary import sample_sd
+from tff_idp.ino_sgd import importance
+from tff_idp.ino_sgd.methods import MethodRun
+
+class InoSgdRuns:
+  """:class:`~tff_idp.engine.run_template.FamilyRuns` of the INO-SGD comparison.
+
+  ``cfg`` holds the plan and training settings (``epsilons``, ``delta``,
+  ``steps``, ``expected_batch``, ``clip_norm``, ``mechanism``,
+  ``learning_rate``, ``ino_gamma_ratio``/``ino_alpha``/``ino_beta``,
+  ``eval_every``, ``data_seed``, ``owner_names``, ``preset``, ``progress``,
+  ``insecure_reproducible_noise``, ``release_only``); each (run, seed) writes
+  ``output_dir/<run slug>/seed<s>/metrics.csv``.
+  """
+
+  def __init__(self, silo: Silo, owners: np.ndarray, class_groups: dict, cfg: dict,
+               output_dir: str):
+    self.silo, self.owners, self.class_groups = silo, owners, class_groups
+    self.cfg, self.output_dir = cfg, output_dir
+    self.group_names = list(dict.fromkeys(class_groups.values()))
+    self.runs: list[dict] = []  # every (run, seed), for the summary's details
+
+  def begin_spec(self, spec: MethodRun) -> None:
+    """Drop's records and the owners' plan (the same for every seed)."""
+    cfg = self.cfg
+    keep = (owner_plan.drop_less_private(self.owners, cfg["epsilons"], spec.drop,
+                                         cfg["data_seed"])
+            if spec.drop else np.ones(self.owners.shape, bool))
+    self._keep = keep
+    own = self.owners[keep]
+    sizes = np.bincount(own, minlength=len(cfg["epsilons"]))
+    self._plan = owner_plan.plan_owners(
+        cfg["epsilons"], sizes, cfg["delta"], cfg["steps"], cfg["expected_batch"],
+        cfg["clip_norm"], cfg["mechanism"], owner_names=cfg["owner_names"])
+    self._q, self._thresholds = self._plan.record_rates(own), self._plan.record_thresholds(own)
+    self._gamma, self._weight_fn = 0.0, None
+    if spec.kind == "ino_sgd" and cfg["ino_gamma_ratio"] > 0:
+      self._gamma = cfg["ino_gamma_ratio"] * float(np.dot(self._q, self._thresholds))
+      self._weight_fn = importance.ino_example_weight_fn(
+          antiderivative=importance.beta_antiderivative(cfg["ino_alpha"], cfg["ino_beta"],
+                                                        self._gamma))
+
+  def run_seed(self, spec: MethodRun, seed: int) -> SeedResult:
+    """Trains one seed; writes its metrics.csv; the result carries the per-group report."""
+    cfg, silo, names = self.cfg, self.silo, self.group_names
+    fields = ["round"] + group_metrics.flat_field_names(names)
+    writer = metrics_lib.MetricsWriter(
+        f"{self.output_dir}/{spec.slug}/seed{seed}", fields,
+        None if cfg["release_only"] else ["round", "mean_batch", "clipped_fraction"],
+        privacy_warning=NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None)
+    randomness = PrivacyRandomness.for_run(seed, f"ino_sgd/{cfg['preset']}/{spec.label}",
+                                           cfg["insecure_reproducible_noise"])
+    reports = []
+
+    def evaluate_and_log(keras_model):
+      report_ = group_metrics.group_report(silo.test_y, silo.predictions(keras_model),
+                                           class_groups=self.class_groups, group_names=names)
+      reports.append(report_)
+      return report_.flat()
+
+    try:
+      run = centralized.train_record_dp_sgd(
+          lambda: silo.keras_builder(seed), silo.x[self._keep], silo.y[self._keep], self._q,
+          self._plan.noise_multiplier, self._plan.clip_norm, cfg["learning_rate"],
+          cfg["steps"], randomness, evaluate_and_log, cfg["eval_every"],
+          clip_norms=self._thresholds if cfg["mechanism"] == "scale" else None,
+          example_weight_fn=self._weight_fn, progress=cfg["progress"],
+          desc=f"{spec.label} seed {seed}")
+      for (step, flat), (_, diag) in zip(run.history, run.chunk_diagnostics):
+        writer.write({"round": step, **flat, **diag})
+    finally:
+      writer.close()
+    record = {"label": spec.label, "kind": spec.kind, "drop": spec.drop, "seed": seed,
+              "gamma": self._gamma, "plan": self._plan.to_dict(),
+              "final": reports[-1].to_dict()}
+    if not cfg["release_only"]:
+      record["diagnostics"] = {"mean_batch": run.mean_batch,
+                               "clipped_fraction": run.clipped_fraction,
+                               "seconds_per_step": run.seconds_per_step}
+    self.runs.append(record)
+    history = [[step, flat["accuracy"]] for step, flat in run.history]
+    return SeedResult(reports[-1].overall_accuracy, history, {"final": record["final"]})
+
+  def end_spec(self, spec: MethodRun, results: Sequence[SeedResult]) -> dict:
+    """Mean ± sd (ddof = 1) over seeds per group, the worst group, the imbalance, the plan."""
+    finals = [r.extras["final"] for r in results]
+    names, plan = self.group_names, self._plan.to_dict()
+
+    def stat(values):
+      v = np.asarray(values, float)
+      return {"mean": float(np.nanmean(v)), "std": sample_sd(v), "values": v.tolist()}
+
+    return {
+        "label": spec.label, "seeds": len(finals),
+        "accuracy": stat([f["overall_accuracy"] for f in finals]),
+        "group_accuracy": {g: stat([f["accuracy"][g] for f in finals]) for g in names},
+        "group_recall": {g: stat([f["recall"][g] for f in finals]) for g in names},
+        "worst_group_accuracy": stat([f["worst_group"]["accuracy"] for f in finals]),
+        "imbalance": stat([f["imbalance"] for f in finals]),
+        "records": int(sum(plan["owner_sizes"])), "rates": plan["sampling_rates"],
+        "thresholds": plan["clip_thresholds"], "noise_multiplier": plan["noise_multiplier"],
+        "achieved_epsilons": plan["achieved_epsilons"], "gamma": self._gamma,
+        "history": results[0].history,
+    }
+
+
+def run_methods(silo: Silo, owners: np.ndarray, class_groups: dict, cfg: dict,
+                runs: Sequence[MethodRun], seeds: Sequence[int], output_dir: str
+                ) -> tuple[list[dict], list[dict]]:
+  """Every run × seed; returns (one summary row per run, every (run, seed) record)."""
+  family = InoSgdRuns(silo, owners, class_groups, cfg, output_dir)
+  rows = run_grid(runs, seeds, family)
+  return rows, family.runs
+
+
+def format_table(rows: Sequence[dict], names: Sequence[str], epsilons) -> str:
+  """The per-group table: overall, each group's accuracy, worst group, imbalance."""
+  heads = [f"{g} (ε={e:g})" for g, e in zip(names, epsilons)] if len(names) <= 4 else names
+  pm = lambda s: report.percent_pm(s["mean"], s["std"])  # noqa: E731
+  return report.markdown_table(
+      ["method", "overall acc (%)", *(f"acc {h} (%)" for h in heads), "worst group (%)",
+       "imbalance (std of recalls, %)"],
+      [[r["label"], pm(r["accuracy"]), *(pm(r["group_accuracy"][g]) for g in names),
+        pm(r["worst_group_accuracy"]), pm(r["imbalance"])] for r in rows])
+
+
+def format_plans(rows: Sequence[dict], names: Sequence[str], epsilons, delta: float) -> str:
+  """Each run's plan: records, z, γ and per owner q / C / ε spent against its budget."""
+  table = report.markdown_table(
+      ["method", "records", "z", "γ", "per owner: q / C / ε spent (≤ budget)"],
+      [[r["label"], r["records"], f"{r['noise_multiplier']:.3f}", f"{r['gamma']:.1f}",
+        "; ".join(f"{g}: {q:.4g} / {c:.3g} / {a:.4g} (≤ {e:g})"
+                  for g, q, c, a, e in zip(names, r["rates"], r["thresholds"],
+                                           r["achieved_epsilons"], epsilons))]
+       for r in rows])
+  return table + f"\n\nδ = {delta:g}; ε recomputed with dp-accounting before training."
+
+
+def plot(rows: Sequence[dict], names: Sequence[str], out: str, title: str) -> None:
+  """Per-group accuracy bars (mean ± sd over seeds), one colour per method."""
+  groups = list(names) + ["overall"]
+  with report.figure(out, figsize=(max(6.0, 1.1 * len(groups) * len(rows) / 2 + 3), 4.2)
+                     ) as (ax,):
+    series = []
+    for r in rows:
+      stats = [r["group_accuracy"][g] for g in names] + [r["accuracy"]]
+      series.append((r["label"], [100 * s["mean"] for s in stats],
+                     [100 * s["std"] for s in stats]))
+    report.grouped_bars(ax, groups, series, ylabel="test accuracy (%)",
+                        rotate=len(groups) > 5, legend_size=8)
+    ax.set_title(title)
+
