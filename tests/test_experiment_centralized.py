@@ -60,6 +60,20 @@ def test_centralized_compares_scf_binary_search_and_filter(tmp_path):
   assert "Table 3" in open(tmp_path / "summary.md").read()
 
 
+@pytest.mark.slow
+def test_table3_mode_alone_writes_its_table_and_summary(tmp_path):
+  """--mode=table3 runs no comparison (it once crashed writing the summary)."""
+  proc = _run(["--mode=table3", "--methods=scf,binary_search", "--train_examples=300",
+               "--test_examples=100", "--seeds=0", "--table3_examples=100",
+               "--table3_steps=4", "--table3_trials=2"], tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  summary = json.load(open(tmp_path / "summary.json"))
+  assert {r["table"] for r in summary["results"]} == {"table3"}
+  assert all(len(r["final_accuracies"]) == 2 for r in summary["results"])
+  assert "Table 2" not in proc.stdout and "| Group-3 | SCF |" in proc.stdout
+  assert (tmp_path / "centralized.png").stat().st_size > 1000
+
+
 # Every bad flag set is checked by calling main() in ONE subprocess (a fresh
 # absl flag registry, no TensorFlow), which keeps these tests at ~1 s in all.
 BAD_FLAGS = [
