@@ -48,7 +48,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import sys
 from typing import Optional
 
@@ -59,11 +58,10 @@ import numpy as np
 
 from experiments import privacy_flags
 from tff_idp import cli
-from tff_idp.engine import summary as summary_lib
+from tff_idp import preferences
 from tff_idp.accounting.owner import plan as owner_plan
 from tff_idp.centralized.silo import Silo
 from tff_idp.ino_sgd import methods as ino_methods
-from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +116,8 @@ PRESETS = {
                         "INO-SGD": 66.73, "_source": "Table 3, CL-PC (5 runs)"}),
 }
 METHODS = ino_methods.METHODS
+# tff_idp.models.MODELS (which imports TensorFlow); tests/test_experiment_ino_sgd.py checks it.
+OWN_DATA_MODELS = ("auto", "logreg", "mlp", "cnn")
 
 _PRESET = flags.DEFINE_enum("preset", "embedded", list(PRESETS), "The setting (module doc).")
 _METHODS = flags.DEFINE_list("methods", list(METHODS),
@@ -152,6 +152,23 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "mn/cm/cl: source data directo
 _SPLIT_DIR = flags.DEFINE_string("split_dir", None, "mn/cm/cl: built split directory.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/ino_sgd", "Where results go.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+_DATASET = flags.DEFINE_string(
+    "dataset", None,
+    "Your own data instead of the preset's: a split directory (datasets.from_arrays(...)"
+    ".save(dir)), fmnist | cifar10 | svhn or tfds:<name>; every client's records are pooled "
+    "into one silo. The preset still gives the hyperparameters.")
+_MODEL = flags.DEFINE_enum("model", "auto", list(OWN_DATA_MODELS),
+                           "--dataset: the model (auto: logreg for features, cnn for images).")
+_CLASS_BUDGETS = flags.DEFINE_list(
+    "class_budgets", None,
+    "Owners by class: ε per class as <class>:<ε> or <first>-<last>:<ε> items covering every "
+    "class once, e.g. 0-4:0.1,5-9:1; classes of equal ε form one owner. Replaces the "
+    "preset's owners and --epsilons.")
+_RECORD_DISTRIBUTION = flags.DEFINE_enum(
+    "record_distribution", None, sorted(preferences.DISTRIBUTIONS),
+    "Budgets per record instead, drawn from this distribution (tff_idp.preferences, seeded "
+    "by --budget_seed); records of equal ε form one owner and the table reports each class.")
+_BUDGET_SEED = flags.DEFINE_integer("budget_seed", 0, "--record_distribution: draw seed.")
 privacy_flags.define(release_only=True)
 
 
@@ -268,6 +285,61 @@ def parse_config() -> dict:
   return cfg
 
 
+def _class_budgets(num_classes: int) -> Optional[dict]:
+  """``{class: ε}`` of --class_budgets (None when not given); ValueError naming the flag."""
+  if not _CLASS_BUDGETS.value:
+    return None
+  try:
+    return preferences.parse_class_budgets(_CLASS_BUDGETS.value, num_classes)
+  except ValueError as e:
+    raise ValueError(f"--class_budgets: {e}") from None
+
+
+def _data_and_owners(preset: Preset, cfg: dict):
+  """The silo (the preset's data or --dataset) and its owners (the preset's, or from flags)."""
+  if _CLASS_BUDGETS.value and _RECORD_DISTRIBUTION.value:
+    raise ValueError("give --class_budgets (owners by class) or --record_distribution "
+                     "(budgets per record), not both.")
+  if (_CLASS_BUDGETS.value or _RECORD_DISTRIBUTION.value) and flags.FLAGS["epsilons"].present:
+    raise ValueError("--epsilons sets the preset owners' budgets; with --class_budgets or "
+                     "--record_distribution the budgets come from those, so drop --epsilons.")
+  if not _RECORD_DISTRIBUTION.value:
+    cli.refuse_inapplicable(("budget_seed",), "it seeds --record_distribution's draw")
+  if _DATASET.value:
+    # TensorFlow loads here (the split's records), once the flags are valid.
+    from datasets import resolution  # pylint: disable=g-import-not-at-top
+    from tff_idp import runners  # pylint: disable=g-import-not-at-top
+    split = resolution.resolve(_DATASET.value, data_dir=_DATA_DIR.value,
+                               split_dir=_SPLIT_DIR.value, progress=False)
+    data = runners.silo_from_split(split, model=_MODEL.value,
+                                   train_examples=cfg["train_examples"],
+                                   test_examples=cfg["test_examples"], seed=cfg["data_seed"])
+    num_classes = int(split.info.num_classes)
+  else:
+    cli.refuse_inapplicable(("model",), "it chooses the model for --dataset; the presets "
+                            "fix theirs")
+    if preset.dataset == "synthetic":
+      cli.refuse_inapplicable(
+          ("data_dir", "split_dir"),
+          f"--preset={cfg['preset']} uses the embedded data, and only the mn/cm/cl presets "
+          "and --dataset read source files or a built split")
+    num_classes = 10  # every preset's data
+    _class_budgets(num_classes)  # checked before the data loads
+    data = load_data(preset, cfg["train_examples"], cfg["test_examples"], cfg["data_seed"],
+                     _DATA_DIR.value, _SPLIT_DIR.value)
+  if _CLASS_BUDGETS.value:
+    return data, ino_methods.owners_by_class(data.y, _class_budgets(num_classes))
+  if _RECORD_DISTRIBUTION.value:
+    drawn = preferences.assign_record_budgets(
+        preferences.DISTRIBUTIONS[_RECORD_DISTRIBUTION.value](), [len(data.y)],
+        _BUDGET_SEED.value)["0"]
+    return data, ino_methods.owners_by_record(data.y, drawn, num_classes)
+  names = tuple(preset.owner_names)
+  return data, ino_methods.Owners(
+      ino_methods.owner_of_labels(data.y, preset.owners), tuple(cfg["epsilons"]), names,
+      {c: names[n] for n, classes in enumerate(preset.owners) for c in classes})
+
+
 @cli.entry(rules={"eval_every": cli.Rule(
     "int", low=0, meaning="steps between evaluations (0 = at the end only)")})
 def main(argv):
@@ -277,30 +349,23 @@ def main(argv):
   try:
     cfg = parse_config()
     preset = PRESETS[cfg["preset"]]
-    if preset.dataset == "synthetic":
-      cli.refuse_inapplicable(
-          ("data_dir", "split_dir"),
-          f"--preset={cfg['preset']} uses the embedded data, and only the mn/cm/cl presets "
-          "read source files or a built split")
-    data = load_data(preset, cfg["train_examples"], cfg["test_examples"], cfg["data_seed"],
-                     _DATA_DIR.value, _SPLIT_DIR.value)
-    owners = ino_methods.owner_of_labels(data.y, preset.owners)
+    data, owners = _data_and_owners(preset, cfg)
+    cfg.update(epsilons=list(owners.epsilons), owner_names=list(owners.names))
     if cfg["expected_batch"] > len(data.y):
       raise ValueError(f"--expected_batch={cfg['expected_batch']:g} exceeds the "
                        f"{len(data.y)} records; lower it.")
     # Fail before any training if the undropped plan is infeasible.
-    owner_plan.plan_owners(cfg["epsilons"], np.bincount(owners, minlength=len(cfg["epsilons"])),
+    owner_plan.plan_owners(cfg["epsilons"],
+                           np.bincount(owners.of_record, minlength=len(cfg["epsilons"])),
                            cfg["delta"], cfg["steps"], cfg["expected_batch"], cfg["clip_norm"],
                            cfg["mechanism"])
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   privacy_flags.announce()
-  warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
   out_dir = cli.prepare_output_dir(_OUTPUT_DIR.value)
   names = cfg["owner_names"]
-  class_groups = {c: names[n] for n, classes in enumerate(preset.owners) for c in classes}
-  owners_text = ", ".join(f"{g}: ε={e:g} ({int(np.sum(owners == n))} records)"
+  owners_text = ", ".join(f"{g}: ε={e:g} ({int(np.sum(owners.of_record == n))} records)"
                           for n, (g, e) in enumerate(zip(names, cfg["epsilons"])))
   print(f"{preset.name}: {data.name}, {len(data.test_y)} test; owners {owners_text}; "
         f"{cfg['mechanism'].upper()}, T={cfg['steps']}, b={cfg['expected_batch']:g}, "
@@ -310,27 +375,21 @@ def main(argv):
   # TensorFlow loads here, once the flags and the plan are known to be valid.
   from tff_idp.ino_sgd import runs as ino_runs  # pylint: disable=g-import-not-at-top
   rows, runs = ino_runs.run_methods(
-      data, owners, class_groups, cfg,
+      data, owners.of_record, owners.class_groups, cfg,
       ino_methods.method_runs(cfg["methods"], cfg["drop_percents"]),
       cfg["seeds"], out_dir)
-  table = ino_runs.format_table(rows, names, cfg["epsilons"])
-  plans = ino_runs.format_plans(rows, names, cfg["epsilons"], cfg["delta"])
-  text = [f"## {preset.name}: per-group test accuracy ({len(cfg['seeds'])} seeds)\n\n{table}",
-          f"## Privacy plans (the same for every seed)\n\n{plans}"]
-  if preset.paper:
+  notes = []
+  if preset.paper and not (_DATASET.value or _CLASS_BUDGETS.value or _RECORD_DISTRIBUTION.value):
     paper = ", ".join(f"{k} {v}" for k, v in preset.paper.items() if not k.startswith("_"))
-    text.append(f"Paper ({preset.paper['_source']}), overall accuracy (%): {paper}")
-  if warning:
-    text.insert(0, f"**{warning}** (--insecure_reproducible_noise)")
-  body = "\n\n".join(text)
-  with open(os.path.join(out_dir, "summary.md"), "w") as f:
-    f.write(f"{data.name}\n\n{body}\n")
-  summary_lib.write_summary(
-      out_dir, "ino_sgd", {k: v for k, v in cfg.items() if k != "owners"}, rows,
-      privacy_warning=warning,
-      details={"owners": {g: list(c) for g, c in zip(names, preset.owners)},
-               "data": data.name, "runs": runs, "paper": preset.paper})
-  ino_runs.plot(rows, names, os.path.join(out_dir, "per_group.png"), preset.name)
+    notes.append(f"Paper ({preset.paper['_source']}), overall accuracy (%): {paper}")
+  own = _DATASET.value or _CLASS_BUDGETS.value or _RECORD_DISTRIBUTION.value
+  owner_classes = ({g: sorted(c for c, n in owners.class_groups.items() if n == g)
+                    for g in names} if owners.by_class else None)
+  body = ino_runs.write_summary(
+      rows, runs, cfg, list(dict.fromkeys(owners.class_groups.values())), out_dir,
+      title=preset.name if not own else "INO-SGD on your data", data_name=data.name,
+      group_epsilons=cfg["epsilons"] if owners.by_class else None, notes=notes,
+      details={"owners": owner_classes, "paper": preset.paper if not own else None})
   print()
   print(body)
   print(f"\nsummary.md/json, per_group.png and per-run metrics.csv in {out_dir}")

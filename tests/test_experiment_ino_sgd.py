@@ -113,6 +113,11 @@ CASES = [
     (["--split_dir=/nonexistent"], "--split_dir cannot apply here: --preset=embedded uses the "
                                    "embedded data"),
     (["--data_dir=/x", "--split_dir=/y"], "--data_dir, --split_dir cannot apply here"),
+    (["--class_budgets=0-9:1", "--record_distribution=three_levels"], "not both"),
+    (["--class_budgets=0-9:1", "--epsilons=1,2"], "drop --epsilons"),
+    (["--budget_seed=3"], "--budget_seed cannot apply here"),
+    (["--model=mlp"], "--model cannot apply here"),
+    (["--class_budgets=0-4:0.1"], "--class_budgets:"),
 ]
 
 
@@ -138,3 +143,16 @@ def test_batch_larger_than_the_silo_is_refused_before_training():
       "experiments.ino_sgd", ["--output_dir=/tmp/unused"],
       [["--expected_batch=1e9", "--train_examples=500"]])[0]
   assert result["rc"] == 2 and "exceeds the 500 records; lower it" in result["stderr"]
+
+
+def test_own_data_models_are_the_library_models():
+  from experiments import ino_sgd  # pylint: disable=g-import-not-at-top
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
+  assert tuple(ino_sgd.OWN_DATA_MODELS) == tuple(models.MODELS)
+
+
+def test_a_missing_dataset_path_is_one_line(tmp_path):
+  result = flag_driver.run_bad_flags(
+      "experiments.ino_sgd", ["--output_dir=/tmp/unused"],
+      [[f"--dataset={tmp_path / 'nowhere'}"]])[0]
+  assert result["rc"] == 2 and "nowhere" in result["stderr"], result["stderr"]

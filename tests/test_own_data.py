@@ -176,3 +176,31 @@ def test_a_split_without_test_examples_is_refused_before_training(tmp_path):
   assert proc.returncode == 2, proc.stderr[-2000:]
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("error: the split at") and "no test examples" in last, last
+
+
+@pytest.mark.slow
+def test_run_ino_sgd_on_your_split_by_class_and_per_record(hospitals, tmp_path):
+  """INO-SGD's own-data path: the runner (budgets by class) and the CLI (per record)."""
+  import tff_idp  # pylint: disable=g-import-not-at-top
+  result = tff_idp.run_ino_sgd(datasets.resolve(hospitals), output_dir=str(tmp_path / "lib"),
+                               budgets={0: 0.5, 1: 4.0}, methods=["idp_sgd", "ino_sgd"],
+                               steps=20, expected_batch=60, eval_every=10, progress=False)
+  assert [r["label"] for r in result.rows] == ["IDP-SGD", "INO-SGD"]
+  assert "eps=0.5 (ε=0.5)" in result.table and "INO-SGD on your data" in result.table
+  for row in result.rows:
+    assert row["achieved_epsilons"][0] <= 0.5 and row["achieved_epsilons"][1] <= 4.0
+    assert 0.0 <= row["mean_accuracy"] <= 1.0
+  summary = json.load(open(tmp_path / "lib" / "summary.json"))
+  assert summary["family"] == "ino_sgd" and summary["details"]["owners"] == {
+      "eps=0.5": 0.5, "eps=4": 4.0}
+  proc = _run("experiments.ino_sgd", [
+      f"--dataset={hospitals}", "--record_distribution=three_levels", "--methods=idp_sgd",
+      "--steps=10", "--expected_batch=60", "--eval_every=10", "--seeds=0",
+      f"--output_dir={tmp_path / 'cli'}"])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "acc class 0 (%)" in proc.stdout and "acc class 1 (%)" in proc.stdout
+  summary = json.load(open(tmp_path / "cli" / "summary.json"))
+  plan = summary["details"]["runs"][0]["plan"]
+  assert len(plan["achieved_epsilons"]) == 3  # three_levels: one owner per level
+  for spent, budget in zip(plan["achieved_epsilons"], summary["config"]["epsilons"]):
+    assert spent <= budget * (1 + 1e-9)

@@ -19,6 +19,7 @@ _PUBLIC = {
     # runners: one call on any split object
     "run_idp_fedavg": "tff_idp.runners",
     "run_rpdp": "tff_idp.runners",
+    "run_ino_sgd": "tff_idp.runners",
     # IDP-FedAvg
     "build_idp_fedavg_process": "tff_idp.idp_fedavg.process",
     "AdaptiveClipDPMeanFactory": "tff_idp.idp_fedavg.aggregators",

@@ -1,9 +1,11 @@
 """One call per family: your split in, a privacy/utility table out.
 
 :func:`run_idp_fedavg` (client-level budgets, IDP-FedAvg Alg. 1-2, with the
-non-private, uniform-DP and SCALE baselines) and :func:`run_rpdp`
+non-private, uniform-DP and SCALE baselines), :func:`run_rpdp`
 (record-level budgets, rPDP-FL Alg. 3, against Minimum / Dropout /
-PrivacyFree) take any split of :mod:`datasets` (``datasets.from_arrays``,
+PrivacyFree) and :func:`run_ino_sgd` (owners' budgets per class or per
+record on the pooled records, INO-SGD Alg. 1 against IDP-SGD and Drop x%)
+take any split of :mod:`datasets` (``datasets.from_arrays``,
 ``datasets.resolve("tfds:mnist")``, a saved split directory, a built-in
 federation) and run the same code paths as ``experiments.idp_fedavg`` and
 ``experiments.rpdp``: calibration re-verified with dp-accounting, secret
@@ -26,16 +28,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from tff_idp import array_checks
 from tff_idp import models
 from tff_idp import preferences
+from tff_idp.accounting.owner import plan as owner_plan
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.centralized.silo import Silo
 from tff_idp.execution import runtime
 from tff_idp.idp_fedavg import runs as runs_lib
+from tff_idp.ino_sgd import methods as ino_methods
+from tff_idp.ino_sgd import runs as ino_runs
 from tff_idp.rpdp import record_level
 from tff_idp.rpdp import runs as record_runs
 from tff_idp.errors import ToolkitValueError
@@ -225,3 +231,114 @@ def run_rpdp(split, *, output_dir: str,
                 estimator=estimator, dataset=federation.name)
   table = record_runs.write_summary(rows, len(seeds), output_dir, config)
   return RunResult(table, rows, output_dir)
+
+
+def silo_from_split(split, *, model: Union[str, Callable[[], Any]] = "auto",
+                    train_examples: int = 0, test_examples: int = 0,
+                    seed: int = 0) -> Silo:
+  """Every client's records of ``split`` pooled into one silo (INO-SGD, centralized runs).
+
+  Records keep the split's client order, then each client's record order
+  (the order a per-record budget array follows); ``train_examples`` > 0 keeps
+  a seeded random subset of that many (in that order), ``test_examples`` > 0
+  the first test examples. ``model``: as in :func:`run_idp_fedavg` (softmax
+  head); the silo's builder takes the init seed.
+  """
+  shape, num_classes, rescale = _shape_and_classes(split)
+  train = split.train_client_data()
+  parts = [array_checks.to_arrays(train.create_tf_dataset_for_client(c))
+           for c in train.client_ids]
+  x = np.concatenate([a for a, _ in parts])
+  y = np.concatenate([b for _, b in parts])
+  if train_examples:
+    keep = np.sort(np.random.default_rng(seed).permutation(len(y))[:train_examples])
+    x, y = x[keep], y[keep]
+  test_x, test_y = split.evaluation_arrays()
+  if test_examples:
+    test_x, test_y = test_x[:test_examples], test_y[:test_examples]
+  if callable(model):
+    builder = lambda init_seed: model()  # noqa: E731  (your builder sets its own init)
+  else:
+    builder = lambda init_seed: models.builder_for(  # noqa: E731
+        shape, num_classes, model, "softmax", rescale, seed=init_seed)()
+  return Silo(x, y, test_x, test_y, builder,
+              f"{getattr(split, 'dataset', 'split')} (clients pooled, {len(y)} records)")
+
+
+def ino_owners(silo: Silo, num_classes: int, budgets: Any,
+               budget_seed: int = 0) -> ino_methods.Owners:
+  """The owners of INO-SGD's silo from ``budgets`` (see :func:`run_ino_sgd`)."""
+  if isinstance(budgets, str) and budgets in preferences.DISTRIBUTIONS:
+    drawn = preferences.assign_record_budgets(preferences.DISTRIBUTIONS[budgets](),
+                                              [len(silo.y)], budget_seed)["0"]
+    return ino_methods.owners_by_record(silo.y, drawn, num_classes)
+  if isinstance(budgets, (str, list, tuple)):
+    return ino_methods.owners_by_class(
+        silo.y, preferences.parse_class_budgets(budgets, num_classes))
+  if isinstance(budgets, Mapping) and all(isinstance(k, (int, np.integer)) for k in budgets):
+    spec = [f"{int(c)}:{float(e)!r}" for c, e in budgets.items()]
+    return ino_methods.owners_by_class(silo.y, preferences.parse_class_budgets(spec,
+                                                                               num_classes))
+  return ino_methods.owners_by_record(silo.y, np.asarray(budgets, float), num_classes)
+
+
+def run_ino_sgd(split, *, output_dir: str, budgets: Any = "0-4:0.1,5-9:1",
+                methods: Sequence[str] = ("idp_sgd", "drop", "ino_sgd"),
+                drop_percents: Sequence[float] = (10, 30, 50), seeds: Sequence[int] = (0,),
+                steps: int = 1000, expected_batch: Optional[float] = None,
+                learning_rate: float = 1.0, clip_norm: float = 1.0,
+                mechanism: str = "sample", delta: float = 1e-5,
+                ino_gamma_ratio: float = 0.5, ino_alpha: float = 4.0, ino_beta: float = 1.0,
+                model: Union[str, Callable[[], Any]] = "auto", eval_every: int = 100,
+                train_examples: int = 0, test_examples: int = 0, data_seed: int = 0,
+                budget_seed: int = 0, progress: bool = True) -> RunResult:
+  """INO-SGD (Alg. 1) against IDP-SGD and "Drop x%" on ``split``'s records, pooled in one silo.
+
+  Args:
+    split: any :mod:`datasets` split; its clients' records are pooled
+      (:func:`silo_from_split`).
+    output_dir: per-run ``metrics.csv``, ``summary.md``/``summary.json``,
+      ``per_group.png``.
+    budgets: the owners' ε. By class: ``"0-4:0.1,5-9:1"`` (the
+      ``--class_budgets`` syntax) or ``{class: ε}``; classes of equal ε form
+      one owner. Per record: a distribution name of
+      :data:`tff_idp.preferences.DISTRIBUTIONS` (drawn with ``budget_seed``)
+      or an array with one ε per pooled record; records of equal ε form one
+      owner, and the table reports every class.
+    methods, drop_percents: among idp_sgd, drop (one run per percentage),
+      ino_sgd.
+    steps, expected_batch, learning_rate, clip_norm, mechanism, delta: T,
+      b = Σ q_n|D_n| (default: a tenth of the records, at most 1,000), η, C,
+      SAMPLE or SCALE (:mod:`tff_idp.accounting.owner.plan`), δ.
+    ino_gamma_ratio, ino_alpha, ino_beta: INO-SGD's tail γ (as a fraction of
+      E[Σ q C]) and its Beta(α, β) function; ``ino_gamma_ratio=0`` is IDP-SGD.
+    Other arguments: as the ``experiments.ino_sgd`` flags of the same names.
+  """
+  num_classes = int(split.info.num_classes)
+  silo = silo_from_split(split, model=model, train_examples=train_examples,
+                         test_examples=test_examples, seed=data_seed)
+  owners = ino_owners(silo, num_classes, budgets, budget_seed)
+  batch = float(expected_batch or min(1000.0, max(1.0, len(silo.y) / 10)))
+  cfg = {"preset": "own", "methods": list(methods),
+         "drop_percents": [float(p) for p in drop_percents], "seeds": [int(s) for s in seeds],
+         "epsilons": list(owners.epsilons), "owner_names": list(owners.names),
+         "steps": int(steps), "expected_batch": batch, "learning_rate": float(learning_rate),
+         "clip_norm": float(clip_norm), "mechanism": mechanism, "delta": float(delta),
+         "ino_gamma_ratio": float(ino_gamma_ratio), "ino_alpha": float(ino_alpha),
+         "ino_beta": float(ino_beta), "eval_every": int(eval_every), "data_seed": int(data_seed),
+         "budget_seed": int(budget_seed), "progress": progress,
+         "insecure_reproducible_noise": False, "release_only": False}
+  # Refuses an infeasible plan before any training, in one line.
+  owner_plan.plan_owners(cfg["epsilons"], np.bincount(owners.of_record,
+                                                      minlength=len(owners.epsilons)),
+                         cfg["delta"], cfg["steps"], batch, cfg["clip_norm"], mechanism)
+  runs = ino_methods.method_runs(cfg["methods"], cfg["drop_percents"])
+  rows, records = ino_runs.run_methods(silo, owners.of_record, owners.class_groups, cfg, runs,
+                                       cfg["seeds"], output_dir)
+  groups = list(dict.fromkeys(owners.class_groups.values()))
+  body = ino_runs.write_summary(
+      rows, records, cfg, groups, output_dir, title="INO-SGD on your data",
+      data_name=silo.name, group_epsilons=owners.epsilons if owners.by_class else None,
+      details={"owners": dict(zip(owners.names, owners.epsilons)),
+               "budgets": budgets if isinstance(budgets, str) else "given"})
+  return RunResult(body, rows, output_dir)

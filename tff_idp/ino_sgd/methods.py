@@ -6,7 +6,7 @@ table row each; owner n holds the classes ``owners[n]``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -45,5 +45,54 @@ def owner_of_labels(labels: np.ndarray, owners: Sequence[Sequence[int]]) -> np.n
   lookup = {c: n for n, classes in enumerate(owners) for c in classes}
   missing = sorted(set(np.unique(labels).tolist()) - set(lookup))
   if missing:
-    raise ValueError(f"classes {missing} have no owner in this preset.")
+    raise ValueError(f"classes {missing} have no owner; give every class present a budget.")
   return np.array([lookup[int(c)] for c in labels], np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Owners:
+  """The data owners of one silo (INO-SGD §3): owner n holds budget ``epsilons[n]``.
+
+  ``of_record[i]`` is record i's owner; ``class_groups`` maps each class to
+  the group its test records are reported under (an owner's name when owners
+  are classes, the class itself when budgets are per record).
+  """
+  of_record: np.ndarray
+  epsilons: tuple
+  names: tuple
+  class_groups: dict
+
+  @property
+  def by_class(self) -> bool:
+    """Whether the evaluation groups are the owners (budgets follow the classes)."""
+    return set(self.class_groups.values()) == set(self.names)
+
+
+def owners_by_class(labels: np.ndarray, class_budgets: Mapping[int, float]) -> Owners:
+  """Owners as classes of equal budget (``{class: ε}``, every class present needs one)."""
+  order = sorted(class_budgets.items(), key=lambda t: (float(t[1]), int(t[0])))
+  levels = list(dict.fromkeys(float(e) for _, e in order))
+  owners = tuple(tuple(int(c) for c, e in order if float(e) == level) for level in levels)
+  names = tuple(budget_name(e) for e in levels)
+  of_record = owner_of_labels(labels, owners)
+  groups = {c: names[n] for n, classes in enumerate(owners) for c in classes}
+  return Owners(of_record, tuple(levels), names, groups)
+
+
+def owners_by_record(labels: np.ndarray, budgets: np.ndarray, num_classes: int) -> Owners:
+  """Owners as the records of equal budget (one ε per record); test groups are the classes."""
+  budgets = np.asarray(budgets, float)
+  if budgets.shape != np.shape(labels):
+    raise ValueError(f"{budgets.size} record budgets for {np.size(labels)} records; give one "
+                     "ε per record, in the split's client order.")
+  if np.any(~(budgets > 0)):
+    raise ValueError("every record budget must be > 0 (inf: no privacy for that record).")
+  levels, of_record = np.unique(budgets, return_inverse=True)
+  return Owners(of_record.astype(np.int64), tuple(float(e) for e in levels),
+                tuple(budget_name(e) for e in levels),
+                {c: f"class {c}" for c in range(num_classes)})
+
+
+def budget_name(epsilon: float) -> str:
+  """An owner's name from its budget: "eps=0.1"."""
+  return f"eps={float(epsilon):g}"

@@ -11,7 +11,8 @@ schema of docs/api.md (``label``, ``mean_accuracy``, ``std_accuracy``, ...).
 """
 from __future__ import annotations
 
-from typing import Sequence
+import os
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from tff_idp.centralized.silo import Silo
 from tff_idp.engine import group_metrics
 from tff_idp.engine import metrics as metrics_lib
 from tff_idp.engine import report
+from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.run_template import SeedResult
@@ -140,9 +142,14 @@ def run_methods(silo: Silo, owners: np.ndarray, class_groups: dict, cfg: dict,
   return rows, family.runs
 
 
-def format_table(rows: Sequence[dict], names: Sequence[str], epsilons) -> str:
-  """The per-group table: overall, each group's accuracy, worst group, imbalance."""
-  heads = [f"{g} (ε={e:g})" for g, e in zip(names, epsilons)] if len(names) <= 4 else names
+def format_table(rows: Sequence[dict], names: Sequence[str], epsilons=None) -> str:
+  """The per-group table: overall, each group's accuracy, worst group, imbalance.
+
+  ``epsilons``: each group's budget, shown in the header for up to four
+  groups (None when the groups are classes rather than owners).
+  """
+  heads = ([f"{g} (ε={e:g})" for g, e in zip(names, epsilons)]
+           if epsilons is not None and len(names) <= 4 else names)
   pm = lambda s: report.percent_pm(s["mean"], s["std"])  # noqa: E731
   return report.markdown_table(
       ["method", "overall acc (%)", *(f"acc {h} (%)" for h in heads), "worst group (%)",
@@ -177,3 +184,32 @@ def plot(rows: Sequence[dict], names: Sequence[str], out: str, title: str) -> No
                         rotate=len(groups) > 5, legend_size=8)
     ax.set_title(title)
 
+
+
+def write_summary(rows: Sequence[dict], run_records: Sequence[dict], cfg: dict,
+                  group_names: Sequence[str], output_dir: str, *, title: str, data_name: str,
+                  group_epsilons: Optional[Sequence[float]] = None,
+                  details: Optional[dict] = None, notes: Sequence[str] = ()) -> str:
+  """Writes ``summary.md``, ``summary.json`` and ``per_group.png``; returns the text printed.
+
+  ``cfg`` carries ``seeds``, ``epsilons``, ``owner_names``, ``delta`` and
+  ``insecure_reproducible_noise``; ``notes`` are paragraphs added below the
+  tables (e.g. the paper's numbers).
+  """
+  warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
+  table = format_table(rows, group_names, group_epsilons)
+  plans = format_plans(rows, cfg["owner_names"], cfg["epsilons"], cfg["delta"])
+  text = [f"## {title}: per-group test accuracy ({len(cfg['seeds'])} seeds)\n\n{table}",
+          f"## Privacy plans (the same for every seed)\n\n{plans}", *notes]
+  if warning:
+    text.insert(0, f"**{warning}** (--insecure_reproducible_noise)")
+  body = "\n\n".join(text)
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, "summary.md"), "w") as f:
+    f.write(f"{data_name}\n\n{body}\n")
+  summary_lib.write_summary(
+      output_dir, "ino_sgd", {k: v for k, v in cfg.items() if k != "owners"}, rows,
+      privacy_warning=warning,
+      details={"data": data_name, "runs": list(run_records), **(details or {})})
+  plot(rows, group_names, os.path.join(output_dir, "per_group.png"), title)
+  return body
