@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_ino_step
 	$(PY) -m benchmarks.bench_round_throughput
 	$(PY) -m benchmarks.bench_workers
+	$(PY) -m benchmarks.bench_flag_errors
 
 clean:
 	rm -rf $(VENV) runs

@@ -37,14 +37,10 @@ as n shrinks) and more noise in the mean.
 from __future__ import annotations
 
 import logging
-import sys
 
-from absl import app
 from absl import flags
 from absl import logging as absl_logging
-import numpy as np
 # TensorFlow before absl parses the flags (tf.keras breaks if first imported in app.run).
-import tensorflow as tf  # noqa: F401  pylint: disable=unused-import
 
 from datasets import shuffle_users
 from experiments import privacy_flags
@@ -101,6 +97,28 @@ _RESTART = flags.DEFINE_bool("restart", False,
 privacy_flags.define(release_only=False)
 
 
+def check() -> tuple[int, int, apes_runs.ApesTraining]:
+  """The flag checks that need no data (``cli.launch`` runs them before TensorFlow).
+
+  Returns (users, rounds, the training settings).
+  """
+  worker_flags.runtime_kwargs()
+  unknown = set(_FRAMEWORKS.value) - set(apes_runs.FRAMEWORKS)
+  if unknown or not _FRAMEWORKS.value:
+    raise ValueError(f"--frameworks has {sorted(unknown) or 'nothing'}; choose from "
+                     f"{', '.join(apes_runs.FRAMEWORKS)}.")
+  preset = _PRESETS[_PRESET.value]
+  rounds = _ROUNDS.value or preset["rounds"]
+  training = apes_runs.ApesTraining(
+      rounds=rounds, local_epochs=_LOCAL_EPOCHS.value, batch_size=_BATCH_SIZE.value,
+      client_learning_rate=_LR.value, proximal_strength=_MU.value, clip=_CLIP.value,
+      keep_fraction=_KEEP.value)
+  if _SHUFFLE_DELTA.value is not None:
+    apes_runs.ApesAccounting(shuffle_delta=_SHUFFLE_DELTA.value, delta=_DELTA.value,
+                             bound=_BOUND.value)
+  return _USERS.value or preset["users"], rounds, training
+
+
 @cli.entry(rules={
     "keep_fraction": cli.Rule("float", low=0, low_open=True, high=1,
                               meaning="b/d, the share of coordinates S-APES keeps"),
@@ -115,18 +133,8 @@ def main(argv):
   fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
-  unknown = set(_FRAMEWORKS.value) - set(apes_runs.FRAMEWORKS)
-  if unknown or not _FRAMEWORKS.value:
-    raise ValueError(f"--frameworks has {sorted(unknown) or 'nothing'}; choose from "
-                     f"{', '.join(apes_runs.FRAMEWORKS)}.")
-  preset = _PRESETS[_PRESET.value]
-  users = _USERS.value or preset["users"]
-  rounds = _ROUNDS.value or preset["rounds"]
+  users, rounds, training = check()
   cli.prepare_output_dir(_OUTPUT_DIR.value)
-  training = apes_runs.ApesTraining(
-      rounds=rounds, local_epochs=_LOCAL_EPOCHS.value, batch_size=_BATCH_SIZE.value,
-      client_learning_rate=_LR.value, proximal_strength=_MU.value, clip=_CLIP.value,
-      keep_fraction=_KEEP.value)
   if _PRESET.value == "paper":
     federation = shuffle_users.mnist_users(users, _SAMPLES.value, _DATA_DIR.value)
   else:
@@ -163,4 +171,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.launch(main, check=check)

@@ -31,25 +31,20 @@ because adaptive clipping needs σ < 2σ_b.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
 from typing import Optional
 
-from absl import app
 from absl import flags
 from absl import logging as absl_logging
-import numpy as np
-import tensorflow as tf  # noqa: F401  (imported before absl.app.run, see README)
 
 from datasets import synthetic
-from experiments import common
 from experiments import privacy_flags
 from experiments import worker_flags
 from tff_idp import cli
 from tff_idp.engine import summary as summary_lib
-from tff_idp import models
+from tff_idp.idp_fedavg import config as config_lib
 from tff_idp.execution import runtime
 from tff_idp.audit import controls
 from tff_idp.audit import report as audit_report
@@ -91,8 +86,8 @@ BUDGETS = (1.0, 2.0, 3.0)
 RATIOS = (0.34, 0.43, 0.23)
 
 
-def _config(spec: str, output_dir: str, canaries: int) -> common.TrainingConfig:
-  return common.TrainingConfig(
+def _config(spec: str, output_dir: str, canaries: int) -> config_lib.TrainingConfig:
+  return config_lib.TrainingConfig(
       budgets=list(BUDGETS), ratios=list(RATIOS), runs=[spec],
       seeds=cli.int_list("seeds"), rounds=_ROUNDS.value,
       clients_per_round=_CLIENTS_PER_ROUND.value, local_epochs=_LOCAL_EPOCHS.value,
@@ -156,15 +151,30 @@ def summarize(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 
+def check() -> list[str]:
+  """The flag checks that need no data (``cli.launch`` runs them before TensorFlow).
+
+  Returns the broken controls asked for.
+  """
+  worker_flags.runtime_kwargs()
+  worker_flags.training_kwargs(audit_canaries=1)  # canary clients are TFF client work
+  names = [n for n in _CONTROLS.value if n]
+  _check_controls(names)
+  for label, spec, canaries, _ in plan_runs(names):
+    config_lib.check_settings(_config(spec, _run_dir(_OUTPUT_DIR.value, label), canaries))
+  return names
+
+
 @cli.entry
 def main(argv):
   del argv
   fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
-  worker_flags.training_kwargs(audit_canaries=1)  # canary clients are TFF client work
+  names = check()
+  # TensorFlow loads here, once the flags are known to be valid.
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
-  names = [n for n in _CONTROLS.value if n]
-  _check_controls(names)
   privacy_flags.announce()
   output_dir = cli.prepare_output_dir(_OUTPUT_DIR.value)
   data_config = synthetic.SyntheticConfig(num_clients=_NUM_CLIENTS.value, iid=True, seed=0)
@@ -219,4 +229,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.launch(main, check=check)

@@ -37,7 +37,6 @@ import math
 import os
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging as absl_logging
 import numpy as np
@@ -280,9 +279,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  # Keras must be imported before absl parses the flags: imported inside
-  # main(), tf.keras.Sequential fails ("Output tensors of a Sequential model
-  # must be the output of a TensorFlow Layer"). Flag checks in tests call
-  # main() directly and never reach TensorFlow.
-  import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.launch(main, check=parse_config)

@@ -39,26 +39,20 @@ the table shows both. A larger σ_b brings z_Δ close to σ and shrinks the gaps
 """
 from __future__ import annotations
 
-import collections
 import logging
-import os
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging as absl_logging
-import numpy as np
-import tensorflow as tf
-
 from datasets import synthetic
-from experiments import common
 from experiments import audit_flags
 from experiments import worker_flags
 from experiments import privacy_flags
 from tff_idp import cli
-from tff_idp import models
+from tff_idp import model_catalog
 from tff_idp.execution import runtime
 from tff_idp.accounting import exact
+from tff_idp.idp_fedavg import config as config_lib
 
 _BUDGETS = flags.DEFINE_list("budgets", ["1", "2", "3"], "Per-group ε (inf allowed).")
 _RATIOS = flags.DEFINE_list("ratios", ["0.34", "0.43", "0.23"],
@@ -106,12 +100,12 @@ _ALLOW_OVERRUN = flags.DEFINE_bool("allow_overrun", False,
                                    "Run past the calibrated rounds (reported).")
 _MAX_RATE = flags.DEFINE_float("max_rate", 1.0, "Cap on any client's sampling rate.")
 _MODEL = flags.DEFINE_enum(
-    "model", "auto", list(models.MODELS),
+    "model", "auto", list(model_catalog.MODELS),
     "logreg (multinomial logistic regression) or mlp (64 hidden units) for feature "
     "vectors, cnn (the paper's 14-layer CNN) for images; auto: logreg for vectors, cnn "
     "for images.")
 _HEAD = flags.DEFINE_enum(
-    "head", "softmax", list(models.HEADS),
+    "head", "softmax", list(model_catalog.HEADS),
     "Output head: softmax (K logits) or sigmoid (one logit; binary labels 0/1).")
 _DATASET = flags.DEFINE_string(
     "dataset", "synthetic",
@@ -144,15 +138,11 @@ worker_flags.define()
 worker_flags.define_client_execution()
 
 
-@cli.entry
-def main(argv):
-  del argv
-  fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
+def training_config() -> config_lib.TrainingConfig:
+  """The flags as a TrainingConfig (no TensorFlow); bad worker/execution flags raise here."""
   execution_kwargs = worker_flags.training_kwargs(
       audit_canaries=audit_flags.values()[audit_flags.AUDIT_CANARIES])
-  logging.getLogger("tensorflow").setLevel(logging.ERROR)
-  absl_logging.set_verbosity(absl_logging.WARNING)
-  config = common.TrainingConfig(
+  return config_lib.TrainingConfig(
       budgets=cli.float_list("budgets"),
       ratios=cli.float_list("ratios"),
       runs=_RUNS.value, seeds=cli.int_list("seeds"),
@@ -169,6 +159,25 @@ def main(argv):
       clipped_count_stddev=_CLIPPED_COUNT_STDDEV.value,
       initial_clip=_INITIAL_CLIP.value, head=_HEAD.value, restart=_RESTART.value,
       **audit_flags.values(), **execution_kwargs)
+
+
+def check() -> None:
+  """Every check the flags need no data for (run by ``cli.launch`` before TensorFlow)."""
+  worker_flags.runtime_kwargs()
+  config_lib.check_settings(training_config())
+
+
+@cli.entry
+def main(argv):
+  del argv
+  fleet_kwargs = worker_flags.runtime_kwargs()  # bad worker flags fail before any work
+  config = training_config()
+  config_lib.check_settings(config)
+  # TensorFlow loads here, once the flags are known to be valid.
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
+  logging.getLogger("tensorflow").setLevel(logging.ERROR)
+  absl_logging.set_verbosity(absl_logging.WARNING)
   privacy_flags.announce()
   config.output_dir = cli.prepare_output_dir(config.output_dir)
   if _DATASET.value == "synthetic":
@@ -213,4 +222,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.launch(main, check=check)

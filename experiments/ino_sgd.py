@@ -51,13 +51,13 @@ import math
 import sys
 from typing import Optional
 
-from absl import app
 from absl import flags
 from absl import logging as absl_logging
 import numpy as np
 
 from experiments import privacy_flags
 from tff_idp import cli
+from tff_idp import model_catalog
 from tff_idp import preferences
 from tff_idp.accounting.owner import plan as owner_plan
 from tff_idp.centralized.silo import Silo
@@ -116,8 +116,7 @@ PRESETS = {
                         "INO-SGD": 66.73, "_source": "Table 3, CL-PC (5 runs)"}),
 }
 METHODS = ino_methods.METHODS
-# tff_idp.models.MODELS (which imports TensorFlow); tests/test_experiment_ino_sgd.py checks it.
-OWN_DATA_MODELS = ("auto", "logreg", "mlp", "cnn")
+OWN_DATA_MODELS = model_catalog.MODELS
 
 _PRESET = flags.DEFINE_enum("preset", "embedded", list(PRESETS), "The setting (module doc).")
 _METHODS = flags.DEFINE_list("methods", list(METHODS),
@@ -295,8 +294,15 @@ def _class_budgets(num_classes: int) -> Optional[dict]:
     raise ValueError(f"--class_budgets: {e}") from None
 
 
-def _data_and_owners(preset: Preset, cfg: dict):
-  """The silo (the preset's data or --dataset) and its owners (the preset's, or from flags)."""
+def check() -> dict:
+  """Every flag check that needs no data (``cli.launch`` runs them before TensorFlow)."""
+  cfg = parse_config()
+  _check_owner_flags(cfg)
+  return cfg
+
+
+def _check_owner_flags(cfg: dict) -> None:
+  """The budget and data flags must fit together (ValueError saying what to drop)."""
   if _CLASS_BUDGETS.value and _RECORD_DISTRIBUTION.value:
     raise ValueError("give --class_budgets (owners by class) or --record_distribution "
                      "(budgets per record), not both.")
@@ -305,6 +311,20 @@ def _data_and_owners(preset: Preset, cfg: dict):
                      "--record_distribution the budgets come from those, so drop --epsilons.")
   if not _RECORD_DISTRIBUTION.value:
     cli.refuse_inapplicable(("budget_seed",), "it seeds --record_distribution's draw")
+  if not _DATASET.value:
+    cli.refuse_inapplicable(("model",), "it chooses the model for --dataset; the presets "
+                            "fix theirs")
+    if PRESETS[cfg["preset"]].dataset == "synthetic":
+      cli.refuse_inapplicable(
+          ("data_dir", "split_dir"),
+          f"--preset={cfg['preset']} uses the embedded data, and only the mn/cm/cl presets "
+          "and --dataset read source files or a built split")
+    _class_budgets(10)  # every preset's data has ten classes
+
+
+def _data_and_owners(preset: Preset, cfg: dict):
+  """The silo (the preset's data or --dataset) and its owners (the preset's, or from flags)."""
+  _check_owner_flags(cfg)
   if _DATASET.value:
     # TensorFlow loads here (the split's records), once the flags are valid.
     from datasets import resolution  # pylint: disable=g-import-not-at-top
@@ -316,15 +336,7 @@ def _data_and_owners(preset: Preset, cfg: dict):
                                    test_examples=cfg["test_examples"], seed=cfg["data_seed"])
     num_classes = int(split.info.num_classes)
   else:
-    cli.refuse_inapplicable(("model",), "it chooses the model for --dataset; the presets "
-                            "fix theirs")
-    if preset.dataset == "synthetic":
-      cli.refuse_inapplicable(
-          ("data_dir", "split_dir"),
-          f"--preset={cfg['preset']} uses the embedded data, and only the mn/cm/cl presets "
-          "and --dataset read source files or a built split")
     num_classes = 10  # every preset's data
-    _class_budgets(num_classes)  # checked before the data loads
     data = load_data(preset, cfg["train_examples"], cfg["test_examples"], cfg["data_seed"],
                      _DATA_DIR.value, _SPLIT_DIR.value)
   if _CLASS_BUDGETS.value:
@@ -397,6 +409,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  # Keras must be imported before absl parses the flags (see experiments.centralized).
-  import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.launch(main, check=check)

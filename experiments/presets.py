@@ -35,7 +35,6 @@ import os
 import sys
 from typing import Optional
 
-from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
@@ -47,6 +46,7 @@ from experiments import worker_flags
 from experiments import privacy_flags
 from tff_idp import cli
 from tff_idp.accounting import exact
+from tff_idp.idp_fedavg import config as config_lib
 
 PAPER_RUNS = ("nonprivate", "0-0-100", "34-43-23", "54-37-9", "100-0-0")
 PAPER_RATIOS = ("0.34", "0.43", "0.23")
@@ -185,14 +185,13 @@ _FLAG_NAMES = frozenset([
 
 
 def _config(p: PaperPreset, v: dict):
-  """The `experiments.common.TrainingConfig` of these flag values."""
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  """The `TrainingConfig` of these flag values (no TensorFlow)."""
   budgets = [cli.parse_item("budgets", b, cli.LIST_RULES["budgets"]) for b in v["budgets"]]
   ratios = [cli.parse_item("ratios", r, cli.LIST_RULES["ratios"]) for r in v["ratios"]]
   seeds = [cli.parse_item("seeds", s, cli.LIST_RULES["seeds"]) for s in v["seeds"]]
   suffix = f"-{v['comparison']}" if v.get("comparison") else ""
   out = v["output_dir"] or os.path.join("runs", f"{p.dataset}-{v['partition']}{suffix}")
-  return common.TrainingConfig(
+  return config_lib.TrainingConfig(
       budgets=budgets, ratios=ratios, runs=list(v["runs"]), seeds=seeds,
       rounds=v["rounds"], clients_per_round=v["clients_per_round"],
       local_epochs=v["local_epochs"], batch_size=v["batch_size"],
@@ -268,6 +267,7 @@ def run(p: PaperPreset) -> int:
     v = resolved_flags(p)
     fleet_kwargs = worker_flags.runtime_kwargs(v)
     worker_flags.training_kwargs(v, v[audit_flags.AUDIT_CANARIES])  # fails before any work
+    config_lib.check_settings(_config(p, v))
     split, pending = _find_split(p, v)
   except (ValueError, FileNotFoundError, sources.SourceNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
@@ -327,14 +327,13 @@ def run(p: PaperPreset) -> int:
   return 0
 
 
-def main(p: PaperPreset) -> None:
-  """Entry point of a preset module: `app.run` with this preset's flags.
+def check(p: PaperPreset) -> None:
+  """The flag checks that need no data (``cli.launch`` runs them before TensorFlow)."""
+  v = resolved_flags(p)
+  worker_flags.runtime_kwargs(v)
+  config_lib.check_settings(_config(p, v))
 
-  TensorFlow is imported *before* absl parses the flags: imported inside
-  `app.run` (TF 2.14.1 / Keras 2.14), `tf.keras.Input` yields graph
-  `SymbolicTensor`s and every Sequential model fails with "Output tensors of
-  a Sequential model must be the output of a TensorFlow `Layer`".
-  """
-  import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  from experiments import common  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  app.run(cli.entry(lambda argv: run(p)), flags_parser=cli.parse_flags)
+
+def main(p: PaperPreset) -> None:
+  """Entry point of a preset module: bad flags fail before TensorFlow (:func:`tff_idp.cli.launch`)."""
+  cli.launch(cli.entry(lambda argv: run(p)), check=lambda: check(p))

@@ -52,28 +52,26 @@ import logging
 import math
 import os
 import sys
-from typing import Optional
+from typing import Optional, TYPE_CHECKING
 
-from absl import app
 from absl import flags
 from absl import logging as absl_logging
 import numpy as np
 # TensorFlow before absl parses the flags (tf.keras breaks if first imported in app.run).
-import tensorflow as tf  # noqa: F401  pylint: disable=unused-import
 
 from experiments import privacy_flags
 from experiments import worker_flags
 from tff_idp import cli
-from tff_idp import models
+from tff_idp import model_catalog
 from tff_idp import preferences
 from tff_idp.execution import runtime
+from tff_idp.accounting.record import plan as record_plan
 from tff_idp.accounting.record.rdp_two_stage import THREAT_MODELS
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
-from tff_idp.audit import record_canaries
-from tff_idp.audit import report as audit_report
-from tff_idp.ino_sgd import importance
-from tff_idp.rpdp import record_level
-from tff_idp.rpdp import runs as record_runs
+from tff_idp.rpdp.defaults import DEFAULTS
+
+if TYPE_CHECKING:
+  from tff_idp.rpdp import runs as record_runs  # the annotations only
 
 _DISTRIBUTION = flags.DEFINE_enum(
     "distribution", "three_levels", sorted([*preferences.DISTRIBUTIONS, preferences.BY_CLASS]),
@@ -92,8 +90,8 @@ _CLASS_BUDGETS = flags.DEFINE_list(
 _LEVELS = flags.DEFINE_list("levels", ["0.1", "1", "5"], "three_levels: the three ε.")
 _LEVEL_RATIOS = flags.DEFINE_list("level_ratios", ["0.7", "0.2", "0.1"],
                                   "three_levels: the share of records at each ε.")
-_METHODS = flags.DEFINE_list("methods", list(record_level.METHODS),
-                             f"Methods to compare: {', '.join(record_level.METHODS)}.")
+_METHODS = flags.DEFINE_list("methods", list(record_plan.METHODS),
+                             f"Methods to compare: {', '.join(record_plan.METHODS)}.")
 _ESTIMATOR = flags.DEFINE_enum(
     "estimator", "scf", ["scf", "exact", "binary_search"],
     "How 'ours' turns ε_ij into q_ij: SCF (Alg. 2, re-checked and lowered where over "
@@ -108,24 +106,24 @@ _INO_GAMMA = flags.DEFINE_float(
     "the embedded silos).")
 _INO_ALPHA = flags.DEFINE_float("ino_alpha", 1.0, "ino_sgd: Beta(α, β) tail function, α.")
 _INO_BETA = flags.DEFINE_float("ino_beta", 1.0, "ino_sgd: Beta(α, β) tail function, β.")
-_ROUNDS = flags.DEFINE_integer("rounds", record_runs.DEFAULTS["rounds"],
+_ROUNDS = flags.DEFINE_integer("rounds", DEFAULTS["rounds"],
                                "T: communication rounds.")
-_LOCAL_STEPS = flags.DEFINE_integer("local_steps", record_runs.DEFAULTS["local_steps"],
+_LOCAL_STEPS = flags.DEFINE_integer("local_steps", DEFAULTS["local_steps"],
                                     "τ: local DP-SGD steps per round.")
-_CLIENT_RATE = flags.DEFINE_float("client_rate", record_runs.DEFAULTS["client_rate"],
+_CLIENT_RATE = flags.DEFINE_float("client_rate", DEFAULTS["client_rate"],
                                   "λ: client sampling rate.")
-_NOISE = flags.DEFINE_float("noise_multiplier", record_runs.DEFAULTS["noise_multiplier"],
+_NOISE = flags.DEFINE_float("noise_multiplier", DEFAULTS["noise_multiplier"],
                             "σ: noise multiplier of each step.")
-_CLIP = flags.DEFINE_float("clip_norm", record_runs.DEFAULTS["clip_norm"],
+_CLIP = flags.DEFINE_float("clip_norm", DEFAULTS["clip_norm"],
                            "L: per-example clipping norm.")
-_LR = flags.DEFINE_float("learning_rate", record_runs.DEFAULTS["learning_rate"],
+_LR = flags.DEFINE_float("learning_rate", DEFAULTS["learning_rate"],
                          "Client SGD learning rate η.")
-_DELTA = flags.DEFINE_float("delta", record_runs.DEFAULTS["delta"], "Target δ.")
-_THREAT = flags.DEFINE_enum("threat_model", record_runs.DEFAULTS["threat_model"],
+_DELTA = flags.DEFINE_float("delta", DEFAULTS["delta"], "Target δ.")
+_THREAT = flags.DEFINE_enum("threat_model", DEFAULTS["threat_model"],
                             list(THREAT_MODELS),
                             "type2: third parties see global models (Thm 1 (1)); "
                             "type1: an honest-but-curious server (Thm 1 (2)).")
-_PF_BATCH = flags.DEFINE_float("privacy_free_batch", record_runs.DEFAULTS["privacy_free_batch"],
+_PF_BATCH = flags.DEFINE_float("privacy_free_batch", DEFAULTS["privacy_free_batch"],
                                "PrivacyFree: expected records per local step.")
 _DATASET = flags.DEFINE_string(
     "dataset", "synthetic",
@@ -134,12 +132,12 @@ _DATASET = flags.DEFINE_string(
     "or the path of a split directory (datasets.from_arrays(...).save(dir) or "
     "python -m datasets.build).")
 _MODEL = flags.DEFINE_enum(
-    "model", "auto", list(models.MODELS),
+    "model", "auto", list(model_catalog.MODELS),
     "Model for --dataset=tfds:<name> or a split path: logreg/mlp for feature vectors, cnn "
     "(the IDP-FedAvg CNN) for images; auto picks by the example shape. Built-in datasets "
     "use the paper's CNNs, synthetic uses logreg.")
 _HEAD = flags.DEFINE_enum(
-    "head", "softmax", list(models.HEADS),
+    "head", "softmax", list(model_catalog.HEADS),
     "Output head: softmax (K logits) or sigmoid (one logit; binary labels 0/1).")
 _PARTITION = flags.DEFINE_string("partition", "iid", "datasets/ split partition.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Source data directory (datasets/).")
@@ -156,9 +154,9 @@ _FRESH_BUDGETS = flags.DEFINE_bool(
     "seed); each seed's plan goes to record_plan_seed<s>.csv. Not with --distribution=by_class.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1"], "Training seeds (results are averaged).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/rpdp", "Where results go.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", record_runs.DEFAULTS["eval_every"],
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", DEFAULTS["eval_every"],
                                    "Evaluate every k rounds.")
-_CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", record_runs.DEFAULTS["checkpoint_every"],
+_CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", DEFAULTS["checkpoint_every"],
                                          "Checkpoint every k rounds.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
 worker_flags.define()
@@ -180,17 +178,13 @@ _AUDIT_LEVELS = flags.DEFINE_list(
 privacy_flags.define()
 
 
-Federation = record_runs.Federation
-format_table = record_runs.format_table
-group_summary = record_runs.group_summary
-plot = record_runs.plot
-run = record_runs.run
-
-
 def synthetic_federation(num_clients: int, users_per_silo: int, iid: bool,
-                         seed: int) -> Federation:
+                         seed: int) -> "record_runs.Federation":
   """Silos pooling Synthetic users' train records; the users' test records are the test set."""
   from datasets import synthetic  # pylint: disable=g-import-not-at-top
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import record_level  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import runs as record_runs  # pylint: disable=g-import-not-at-top
   config = synthetic.SyntheticConfig(num_clients=num_clients * users_per_silo, iid=iid,
                                      alpha=0.5, beta=0.5, seed=seed)
   arrays = synthetic.generate_arrays(config)
@@ -203,14 +197,14 @@ def synthetic_federation(num_clients: int, users_per_silo: int, iid: bool,
     x[cid], y[cid] = arrays["x"][rows], arrays["y"][rows]
   nf, nc = config.num_features, config.num_classes
   name = f"Synthetic{' IID' if iid else '(0.5,0.5)'}, {num_clients} silos × {users_per_silo} users"
-  return Federation(record_level.RecordFederation(x, y), arrays["x"][arrays["is_test"]],
+  return record_runs.Federation(record_level.RecordFederation(x, y), arrays["x"][arrays["is_test"]],
                     arrays["y"][arrays["is_test"]],
                     lambda: models.build_logistic_regression(nf, nc, seed=0), name, nc)
 
 
 def split_federation(dataset: str, partition: str, num_clients: Optional[int], seed: int,
                      data_dir, split_dir, model: str = "auto",
-                     head: str = "softmax") -> Federation:
+                     head: str = "softmax") -> "record_runs.Federation":
   """A split (datasets/ builders, ``tfds:<name>`` or a split directory) as in-memory records.
 
   Built-in datasets use the paper's models (MNIST-shaped data the rPDP-FL CNN
@@ -223,6 +217,9 @@ def split_federation(dataset: str, partition: str, num_clients: Optional[int], s
   import datasets as datasets_lib  # pylint: disable=g-import-not-at-top
   from datasets import loader  # pylint: disable=g-import-not-at-top
   from datasets import specs  # pylint: disable=g-import-not-at-top
+  from tff_idp import models  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import record_level  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import runs as record_runs  # pylint: disable=g-import-not-at-top
   builtin = dataset in specs.DATASETS
   if builtin:
     # FMNIST's clients are its writers (3,383); their records are pooled into silos below.
@@ -263,7 +260,7 @@ def split_federation(dataset: str, partition: str, num_clients: Optional[int], s
     builder = models.builder_for(shape, info.num_classes, model, head, info.rescale)
   name = (f"{dataset} ({partition})" if builtin else dataset if dataset.startswith("tfds:")
           else f"split {os.path.normpath(dataset)}")
-  return Federation(record_level.RecordFederation(x, y), test_x, test_y, builder,
+  return record_runs.Federation(record_level.RecordFederation(x, y), test_x, test_y, builder,
                     f"{name}, {len(x)} clients", info.num_classes,
                     head if not builtin else "softmax")
 
@@ -278,6 +275,59 @@ def make_distribution():
   return preferences.make_distribution(_DISTRIBUTION.value)
 
 
+def check() -> dict:
+  """The flag checks that need no data and no TensorFlow (``cli.launch`` runs them first).
+
+  Returns the checked values main uses: seeds, the two-stage parameters,
+  whether budgets follow the classes, the audit's levels and the distribution.
+  """
+  worker_flags.runtime_kwargs()
+  unknown = set(_METHODS.value) - set(record_plan.METHODS)
+  if unknown or not _METHODS.value:
+    raise ValueError(f"--methods has {sorted(unknown) or 'nothing'}; choose from "
+                     f"{', '.join(record_plan.METHODS)}.")
+  seeds = cli.int_list("seeds")
+  if not seeds:
+    raise ValueError("--seeds is empty; give at least one seed.")
+  params = TwoStageParams(_NOISE.value, _LOCAL_STEPS.value, _ROUNDS.value,
+                          _CLIENT_RATE.value, _DELTA.value, _THREAT.value)
+  if not _CLIP.value > 0 or math.isinf(_CLIP.value):
+    raise ValueError(f"--clip_norm={_CLIP.value} must be a finite number > 0.")
+  by_class = _DISTRIBUTION.value == preferences.BY_CLASS
+  if by_class and not _CLASS_BUDGETS.value:
+    raise ValueError("--distribution=by_class needs --class_budgets, one ε per class, "
+                     "e.g. --class_budgets=0-4:0.1,5-9:1.")
+  if _CLASS_BUDGETS.value and not by_class:
+    raise ValueError(f"--class_budgets is only used with --distribution=by_class (not "
+                     f"{_DISTRIBUTION.value}); drop it or set --distribution=by_class.")
+  if _FRESH_BUDGETS.value and by_class:
+    raise ValueError("--fresh_budgets_per_seed draws budgets from a distribution; under "
+                     "--distribution=by_class every record's budget is its class's, so "
+                     "there is nothing to draw again: drop one of them.")
+  if _AUDIT_CANARIES.value < 0:
+    raise ValueError(f"--audit_canaries={_AUDIT_CANARIES.value} must be >= 0.")
+  audit_levels = None
+  if _AUDIT_LEVELS.value:
+    try:
+      audit_levels = [float(v) for v in _AUDIT_LEVELS.value]
+    except ValueError:
+      raise ValueError(f"--audit_levels={','.join(_AUDIT_LEVELS.value)} must be numbers "
+                       "(budget levels ε).") from None
+    if not _AUDIT_CANARIES.value:
+      raise ValueError("--audit_levels is only used with --audit_canaries=k.")
+  if _DATASET.value == "synthetic":
+    cli.refuse_inapplicable(
+        ("data_dir", "split_dir", "partition", "model"),
+        "--dataset=synthetic is the embedded federation (it reads no files, has no "
+        "partition and always trains logistic regression)")
+  else:
+    cli.refuse_inapplicable(
+        ("users_per_silo", "iid"),
+        f"they shape the embedded federation, and --dataset={_DATASET.value} is not it")
+  return {"seeds": seeds, "params": params, "by_class": by_class,
+          "audit_levels": audit_levels, "distribution": make_distribution()}
+
+
 @cli.entry
 def main(argv):
   del argv
@@ -285,41 +335,15 @@ def main(argv):
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
   absl_logging.set_verbosity(absl_logging.WARNING)
   try:
-    unknown = set(_METHODS.value) - set(record_level.METHODS)
-    if unknown or not _METHODS.value:
-      raise ValueError(f"--methods has {sorted(unknown) or 'nothing'}; choose from "
-                       f"{', '.join(record_level.METHODS)}.")
-    seeds = cli.int_list("seeds")
+    checked = check()
+    seeds, params, by_class = checked["seeds"], checked["params"], checked["by_class"]
+    audit_levels, distribution = checked["audit_levels"], checked["distribution"]
     cli.prepare_output_dir(_OUTPUT_DIR.value)
-    if not seeds:
-      raise ValueError("--seeds is empty; give at least one seed.")
-    params = TwoStageParams(_NOISE.value, _LOCAL_STEPS.value, _ROUNDS.value,
-                            _CLIENT_RATE.value, _DELTA.value, _THREAT.value)
-    if not _CLIP.value > 0 or math.isinf(_CLIP.value):
-      raise ValueError(f"--clip_norm={_CLIP.value} must be a finite number > 0.")
-    by_class = _DISTRIBUTION.value == preferences.BY_CLASS
-    if by_class and not _CLASS_BUDGETS.value:
-      raise ValueError("--distribution=by_class needs --class_budgets, one ε per class, "
-                       "e.g. --class_budgets=0-4:0.1,5-9:1.")
-    if _CLASS_BUDGETS.value and not by_class:
-      raise ValueError(f"--class_budgets is only used with --distribution=by_class (not "
-                       f"{_DISTRIBUTION.value}); drop it or set --distribution=by_class.")
-    if _FRESH_BUDGETS.value and by_class:
-      raise ValueError("--fresh_budgets_per_seed draws budgets from a distribution; under "
-                       "--distribution=by_class every record's budget is its class's, so "
-                       "there is nothing to draw again: drop one of them.")
-    if _AUDIT_CANARIES.value < 0:
-      raise ValueError(f"--audit_canaries={_AUDIT_CANARIES.value} must be >= 0.")
-    audit_levels = None
-    if _AUDIT_LEVELS.value:
-      try:
-        audit_levels = [float(v) for v in _AUDIT_LEVELS.value]
-      except ValueError:
-        raise ValueError(f"--audit_levels={','.join(_AUDIT_LEVELS.value)} must be numbers "
-                         "(budget levels ε).") from None
-      if not _AUDIT_CANARIES.value:
-        raise ValueError("--audit_levels is only used with --audit_canaries=k.")
-    distribution = make_distribution()
+    # TensorFlow loads here, once the flags are known to be valid.
+    from tff_idp.audit import record_canaries  # pylint: disable=g-import-not-at-top
+    from tff_idp.audit import report as audit_report  # pylint: disable=g-import-not-at-top
+    from tff_idp.ino_sgd import importance  # pylint: disable=g-import-not-at-top
+    from tff_idp.rpdp import runs as record_runs  # pylint: disable=g-import-not-at-top
     local_weight_fn, local_algorithm = None, _LOCAL_ALGORITHM.value
     if local_algorithm == "ino_sgd":
       try:
@@ -329,15 +353,6 @@ def main(argv):
         raise ValueError(f"--ino_gamma/--ino_alpha/--ino_beta: {e}") from None
       local_weight_fn = importance.ino_example_weight_fn(antiderivative=tif)
       local_algorithm = f"ino_sgd(γ={_INO_GAMMA.value:g}, {tif.name})"
-    if _DATASET.value == "synthetic":
-      cli.refuse_inapplicable(
-          ("data_dir", "split_dir", "partition", "model"),
-          "--dataset=synthetic is the embedded federation (it reads no files, has no "
-          "partition and always trains logistic regression)")
-    else:
-      cli.refuse_inapplicable(
-          ("users_per_silo", "iid"),
-          f"they shape the embedded federation, and --dataset={_DATASET.value} is not it")
     if _DATASET.value == "synthetic":
       federation = synthetic_federation(_NUM_CLIENTS.value, _USERS_PER_SILO.value,
                                         _IID.value, _DATA_SEED.value)
@@ -379,7 +394,7 @@ def main(argv):
         f"δ={params.delta:g}, {params.threat_model}, local: {local_algorithm}")
   with runtime.execution_context(device=_DEVICE.value, **fleet_kwargs):
     try:
-      results = run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
+      results = record_runs.run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
                     _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
                     _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
                     privacy_flags.insecure(), privacy_flags.release_only(),
@@ -403,4 +418,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=cli.parse_flags)
+  cli.launch(main, check=check)

@@ -145,12 +145,6 @@ def test_batch_larger_than_the_silo_is_refused_before_training():
   assert result["rc"] == 2 and "exceeds the 500 records; lower it" in result["stderr"]
 
 
-def test_own_data_models_are_the_library_models():
-  from experiments import ino_sgd  # pylint: disable=g-import-not-at-top
-  from tff_idp import models  # pylint: disable=g-import-not-at-top
-  assert tuple(ino_sgd.OWN_DATA_MODELS) == tuple(models.MODELS)
-
-
 def test_a_missing_dataset_path_is_one_line(tmp_path):
   result = flag_driver.run_bad_flags(
       "experiments.ino_sgd", ["--output_dir=/tmp/unused"],

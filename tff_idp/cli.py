@@ -33,6 +33,7 @@ import sys
 import traceback
 from typing import Callable, Optional
 
+from absl import app
 from absl import flags
 
 from tff_idp import console
@@ -389,4 +390,31 @@ def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
       if previous is not None:
         signal.signal(signal.SIGTERM, previous)
 
+  wrapped.flag_rules = rules
   return wrapped
+
+
+def launch(main: Callable[[list], Optional[int]],
+           check: Optional[Callable[[], object]] = None) -> None:
+  """The ``if __name__ == "__main__":`` of an experiment module: bad flags fail before TensorFlow.
+
+  Parses the command line (:func:`parse_flags`: absl's errors as one line,
+  exit 2), checks every numeric flag (:func:`check_flags`, with the rules
+  ``@entry`` gave ``main``) and runs ``check``, the module's own flag checks
+  (they import no TensorFlow); a bad value prints one ``error:`` line and
+  exits 2, in about a second. Only then is TensorFlow imported, before
+  ``app.run`` hands control to ``main``: imported inside ``app.run`` (TF
+  2.14.1 / Keras 2.14), ``tf.keras.Input`` yields graph tensors and every
+  Sequential model fails with "Output tensors of a Sequential model must be
+  the output of a TensorFlow `Layer`".
+  """
+  parse_flags(sys.argv)
+  try:
+    check_flags(rules=getattr(main, "flag_rules", None))
+    if check is not None:
+      check()
+  except EXPECTED_ERRORS as e:
+    print(f"error: {str(e) or type(e).__name__}", file=sys.stderr, flush=True)
+    sys.exit(2)
+  import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  app.run(main, flags_parser=parse_flags)

@@ -21,8 +21,8 @@ from typing import Callable
 import tensorflow as tf
 import tensorflow_federated as tff
 
-
-HEADS = ("softmax", "sigmoid")
+from tff_idp.model_catalog import HEADS
+from tff_idp.model_catalog import MODELS
 
 
 def check_head(head: str, num_classes: int) -> None:
@@ -230,8 +230,6 @@ def build_pc_cifar_cnn(input_shape=(32, 32, 3), num_classes: int = 10, rescale: 
   ]
   return tf.keras.Sequential(layers)
 
-
-MODELS = ("auto", "logreg", "mlp", "cnn")
 
 
 def builder_for(input_shape, num_classes: int, model: str = "auto", head: str = "softmax",

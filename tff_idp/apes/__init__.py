@@ -15,21 +15,27 @@ Public API:
   and its client inputs.
 
 The privacy accounting (shuffle amplification, composition) lives in
-``tff_idp.accounting.shuffle``.
+``tff_idp.accounting.shuffle``. The names load their module (and TensorFlow)
+on first use, so ``tff_idp.apes.runs`` can be imported before TensorFlow.
 """
-from tff_idp.apes.aggregator import ShuffledPersonalizedMeanFactory
-from tff_idp.apes.clip_laplace import (client_seed, expected_value, laplace_perturb, perturb,
-                                      round_seed, sample_from_uniforms)
-from tff_idp.apes.client_work import (MECHANISMS, SPARSE_SELECTION, build_ldp_client_work,
-                                     make_client_input, make_round_inputs, randomize)
-from tff_idp.apes.debias import DebiasGrid, build_grid, invert
-from tff_idp.apes.process import build_apes_process
-from tff_idp.apes.sparsify import SELECTIONS, per_coordinate_epsilon, sparsify_perturb
+import importlib as _importlib
 
-__all__ = [
-    "MECHANISMS", "SELECTIONS", "SPARSE_SELECTION", "DebiasGrid",
-    "ShuffledPersonalizedMeanFactory", "build_apes_process", "build_grid",
-    "build_ldp_client_work", "client_seed", "expected_value", "invert", "laplace_perturb",
-    "make_client_input", "make_round_inputs", "per_coordinate_epsilon", "perturb",
-    "randomize", "round_seed", "sample_from_uniforms", "sparsify_perturb",
-]
+_EXPORTS = {
+    "ShuffledPersonalizedMeanFactory": "aggregator",
+    **dict.fromkeys(("client_seed", "expected_value", "laplace_perturb", "perturb",
+                     "round_seed", "sample_from_uniforms"), "clip_laplace"),
+    **dict.fromkeys(("MECHANISMS", "SPARSE_SELECTION", "build_ldp_client_work",
+                     "make_client_input", "make_round_inputs", "randomize"), "client_work"),
+    **dict.fromkeys(("DebiasGrid", "build_grid", "invert"), "debias"),
+    "build_apes_process": "process",
+    **dict.fromkeys(("SELECTIONS", "per_coordinate_epsilon", "sparsify_perturb"), "sparsify"),
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+  """Loads a name's module (and TensorFlow) on first use (PEP 562)."""
+  module = _EXPORTS.get(name)
+  if module is None:
+    raise AttributeError(f"module 'tff_idp.apes' has no attribute {name!r}")
+  return getattr(_importlib.import_module(f"tff_idp.apes.{module}"), name)

@@ -47,7 +47,6 @@ from tff_idp.accounting.shuffle.round_ledger import ShuffleRoundLedger
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.sampling import PoissonClientSampler
 from tff_idp.engine import fingerprint as fingerprint_lib
-from tff_idp.engine.driver import RoundDriver
 from tff_idp.engine import report
 from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.run_template import SeedResult
@@ -178,6 +177,7 @@ def run_training(run: str, mechanism: str, federation: UserFederation,
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tff_idp import apes as ldp  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
+  from tff_idp.engine.driver import RoundDriver  # pylint: disable=g-import-not-at-top
   d, c = federation.num_features, federation.num_classes
 
   def keras_builder():

@@ -50,8 +50,10 @@ import tensorflow_federated as tff
 # TFF's own helper, so that non-finite updates are handled exactly as in its client work.
 from tensorflow_federated.python.learning import tensor_utils
 
+from tff_idp.idp_fedavg import config
+
 ModelFn = Callable[[], tff.learning.models.VariableModel]
-CLIENT_EXECUTIONS = ("tff", "in_process")
+CLIENT_EXECUTIONS = config.CLIENT_EXECUTIONS
 SCALE_KEY = "clip_scale"
 DATA_KEY = "data"
 
@@ -256,11 +258,7 @@ class InProcessLearningProcess:
       pool.shutdown(wait=False, cancel_futures=True)
 
 
-def check_parallel_clients(value: int) -> int:
-  if int(value) != value or value < 1:
-    raise ValueError(f"parallel_clients must be a whole number >= 1 (got {value!r}); "
-                     "leave it unset for the default (the core count, at most 4).")
-  return int(value)
+check_parallel_clients = config.check_parallel_clients
 
 
 # ``auto`` trains clients in process from this many trainable parameters up.

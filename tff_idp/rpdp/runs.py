@@ -42,13 +42,8 @@ from tff_idp.engine import report
 from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.run_template import SeedResult
 from tff_idp.engine.run_template import run_grid
+from tff_idp.rpdp.defaults import DEFAULTS  # noqa: F401  pylint: disable=unused-import  (re-exported)
 
-# The defaults of an rPDP-FL run, shared by ``experiments.rpdp``'s flags and
-# ``tff_idp.runners.run_rpdp`` so that the CLI and the library run the same
-# experiment unless told otherwise (rPDP-FL §7.2's setting: T, τ, λ, σ, L, η, δ).
-DEFAULTS = dict(rounds=30, local_steps=10, client_rate=0.5, noise_multiplier=2.0,
-                clip_norm=1.0, learning_rate=1.0, delta=1e-4, threat_model="type2",
-                privacy_free_batch=64.0, eval_every=5, checkpoint_every=5)
 
 
 class AuditConfigError(ValueError):

@@ -1,0 +1,60 @@
+"""Every command line refuses a bad flag in one line, exit 2, before TensorFlow is imported.
+
+Each case runs ``python -X importtime -m <module> <bad flags>`` exactly as a
+user would; ``-X importtime`` lists every module the interpreter imported, so
+the test checks that TensorFlow was never loaded (no timing is asserted: a
+refusal measured 0.5-0.8 s on 2 cores, against about 10 s with the import; see
+``benchmarks/bench_flag_errors.py``).
+"""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# module -> bad flags and the text the one line must contain. Each kind of
+# check is covered: absl's own (enum, number), the shared rules, and the
+# module's own configuration checks.
+CASES = [
+    ("experiments.idp_fedavg", ["--runs=10-20-30"], "--runs"),
+    ("experiments.idp_fedavg", ["--accountant=foo"], "--accountant"),
+    ("experiments.idp_fedavg", ["--rounds=1e9"], "integer"),
+    ("experiments.fmnist", ["--runs=10-20-30"], "--runs"),
+    ("experiments.cifar10", ["--rounds=0"], "--rounds=0"),
+    ("experiments.svhn", ["--delta=2"], "--delta"),
+    ("experiments.rpdp", ["--methods=foo"], "--methods"),
+    ("experiments.rpdp", ["--distribution=by_class"], "--class_budgets"),
+    ("experiments.rpdp", ["--model=foo"], "--model"),
+    ("experiments.apes", ["--frameworks=foo"], "--frameworks"),
+    ("experiments.apes", ["--keep_fraction=2"], "--keep_fraction"),
+    ("experiments.audit", ["--controls=zz"], "--controls"),
+    ("experiments.ino_sgd", ["--epsilons=0.1"], "owners"),
+    ("experiments.ino_sgd", ["--class_budgets=0-9:1", "--record_distribution=three_levels"],
+     "not both"),
+    ("experiments.centralized", ["--level_ratios=0.5,0.2,0.1"], "sum to"),
+    ("experiments.scf_curves", ["--delta=2"], "--delta"),
+    ("tff_idp.idp_fedavg.calibrate", ["--delta=0"], "--delta"),
+]
+
+
+@pytest.mark.parametrize("module,args,expected", CASES,
+                         ids=[f"{m}:{a[0]}" for m, a, _ in CASES])
+def test_bad_flag_is_refused_before_tensorflow_loads(module, args, expected, tmp_path):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+  writes_runs = module.startswith("experiments.") and module != "experiments.scf_curves"
+  output = [f"--output_dir={tmp_path / 'out'}"] if writes_runs else []
+  proc = subprocess.run(
+      [sys.executable, "-X", "importtime", "-m", module, *args, *output],
+      capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
+      stdin=subprocess.DEVNULL)
+  imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+              if line.startswith("import time:")]
+  errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert len(errors) == 1 and errors[0].startswith("error: "), errors
+  assert expected in errors[0], errors[0]
+  loaded = [m for m in imported if re.match(r"(tensorflow|tensorflow_federated|keras)(\.|$)", m)]
+  assert not loaded, f"{module} imported {loaded[:3]} before refusing the flag"

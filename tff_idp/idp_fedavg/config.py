@@ -1,0 +1,112 @@
+"""IDP-FedAvg's run settings and the checks they need no data for (no TensorFlow).
+
+:class:`TrainingConfig` is what one invocation of the run template
+(:func:`tff_idp.idp_fedavg.runs.run_all`) trains; :func:`check_settings`
+refuses bad settings in one line before TensorFlow is imported
+(:func:`tff_idp.cli.launch`), and ``runs.validate`` adds the checks that need
+the federation (each run spec's calibration, SAMPLE Alg. 1).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+from tff_idp.idp_fedavg import plan as privacy_plan
+
+CLIENT_EXECUTIONS = ("tff", "in_process")
+"""Where the clients train: TFF client computations, or this process."""
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+  budgets: Sequence[float]
+  ratios: Sequence[float]
+  runs: Sequence[str]
+  seeds: Sequence[int]
+  rounds: int
+  clients_per_round: float
+  local_epochs: int
+  batch_size: int
+  client_learning_rate: float
+  server_learning_rate: float
+  client_optimizer: str
+  delta: float
+  accountant: str
+  output_dir: str
+  eval_every: int
+  checkpoint_every: int
+  allow_overrun: bool = False
+  max_rate: float = 1.0
+  progress: bool = True
+  # Derive noise and sampling from the seed: NOT PRIVATE, debugging only.
+  insecure_reproducible_noise: bool = False
+  # Write no diagnostics (un-noised statistics) at all.
+  release_only: bool = False
+  # σ_b, the noise std of the adaptive clip's count bit (Andrew et al. 2021,
+  # IDP-FedAvg Alg. 2). None: 0.05·c (``aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION``
+  # times each run's expected clients per round). The ledger charges σ, the
+  # total multiplier; the value noise z_Δ is derived from σ and σ_b so the
+  # pair composes to σ, so any σ_b > σ/2 is accounted.
+  clipped_count_stddev: Optional[float] = None
+  # C at round 0 of adaptive clipping. None: ``aggregators.DEFAULT_INITIAL_CLIP``
+  # (0.1, Andrew et al.'s standard setup, from which C grows by at most
+  # e^{η_C/2} ≈ 1.105 per round). Public (not charged): it is fixed before training.
+  initial_clip: Optional[float] = None
+  # Output head of the model: "softmax" or "sigmoid" (binary; ``tff_idp.models``).
+  head: str = "softmax"
+  # Discard existing checkpoints and metrics of every run directory first.
+  restart: bool = False
+  # Client-level empirical privacy audit (``tff_idp.audit``): canary clients
+  # per DP run and seed (0 = off), and the seed of the canaries (directions,
+  # groups, inserted half, their sampling): the auditor's randomness.
+  audit_canaries: int = 0
+  audit_seed: int = 0
+  # Where the clients train (``build_idp_fedavg_process(client_execution=)``):
+  # "in_process" (this process, ``parallel_clients`` at once; the aggregator
+  # and server update run in TFF) or "tff" (TFF client computations). "auto":
+  # tff when auditing (canary clients are TFF client work) or for a model
+  # under ``IN_PROCESS_MIN_PARAMETERS``, else in_process.
+  client_execution: str = "auto"
+  parallel_clients: Optional[int] = None
+
+
+def check_parallel_clients(value: int) -> int:
+  """``parallel_clients`` as an int; ValueError unless a whole number >= 1."""
+  if int(value) != value or value < 1:
+    raise ValueError(f"parallel_clients must be a whole number >= 1 (got {value!r}); "
+                     "leave it unset for the default (the core count, at most 4).")
+  return int(value)
+
+
+def check_settings(config: TrainingConfig) -> None:
+  """Raises ValueError (saying what to change) for settings that are wrong on any data.
+
+  The run specs must parse against ``budgets``/``ratios`` (``--runs=10-20-30``
+  names its percentages), the lists must not be empty, and the execution
+  and audit settings must fit together.
+  """
+  if config.client_execution not in ("auto",) + CLIENT_EXECUTIONS:
+    raise ValueError(f"client_execution={config.client_execution!r} must be auto, "
+                     f"{' or '.join(CLIENT_EXECUTIONS)}.")
+  if config.client_execution == "in_process" and config.audit_canaries:
+    raise ValueError("the audit's canary clients run as TFF client work: use "
+                     "client_execution='tff' (or 'auto') with audit_canaries.")
+  if config.parallel_clients is not None:
+    check_parallel_clients(config.parallel_clients)
+  if not config.runs:
+    raise ValueError("--runs is empty; give at least one run spec.")
+  if not config.seeds:
+    raise ValueError("--seeds is empty; give at least one seed.")
+  for key in ("clipped_count_stddev", "initial_clip"):
+    value = getattr(config, key)
+    if value is not None and not (math.isfinite(value) and value > 0):
+      raise ValueError(f"--{key}={value} must be a finite number > 0 (or unset for "
+                       "the default).")
+  if config.audit_canaries < 0:
+    raise ValueError(f"--audit_canaries={config.audit_canaries} must be >= 0 (0 = off).")
+  for text in config.runs:
+    try:
+      privacy_plan.parse_run_spec(text, config.ratios, len(config.budgets))
+    except ValueError as e:
+      raise ValueError(f"--runs: {e}") from None
