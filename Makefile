@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_round_throughput
 	$(PY) -m benchmarks.bench_workers
 	$(PY) -m benchmarks.bench_flag_errors
+	$(PY) -m benchmarks.bench_worker_memory
 
 clean:
 	rm -rf $(VENV) runs

@@ -349,3 +349,49 @@ def test_signal_handler_chains_to_the_one_it_replaced():
       proc.kill()
   assert proc.returncode == 7 and "CHAINED" in out, (proc.returncode, out, err[-2000:])
   assert _wait_dead(pid)
+
+
+def test_recycled_worker_answers_the_same_and_the_old_one_is_gone(tff_runtime):  # pylint: disable=unused-argument
+  """recycle_worker: executors closed, old worker ended by PID, a fresh one serves the rest."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def total(x):
+    return tff.federated_sum(x)
+
+  with runtime.ExecutionRuntime(install_signal_handlers=False, worker_allocator="glibc") as rt:
+    assert runtime._active[-1] is rt  # pylint: disable=protected-access  (between_rounds' target)
+    before = [float(total([1.0, 2.0])), float(total([1.0, 2.0, 3.0]))]
+    old_pid = rt.worker_pid
+    rt.recycle_worker()
+    assert rt.worker_pid != old_pid and rt.worker_recycles == 1
+    assert _wait_dead(old_pid), "the recycled worker is still running"
+    assert not rt._factory._executors  # pylint: disable=protected-access
+    after = [float(total([1.0, 2.0])), float(total([1.0, 2.0, 3.0]))]
+  assert before == after == [3.0, 6.0]
+  assert rt not in runtime._active  # pylint: disable=protected-access
+
+
+def test_worker_is_recycled_only_past_its_warm_size_plus_the_bound(monkeypatch):
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
+  rt = runtime.ExecutionRuntime(install_signal_handlers=False, worker_allocator="glibc",
+                                recycle_worker_mib=10.0)
+  sizes = iter([100.0, 105.0, 109.9, 110.5, 50.0])
+  monkeypatch.setattr(runtime, "_RECYCLE_WARMUP_ROUNDS", 1)
+  monkeypatch.setattr(runtime, "rss_mib", lambda pid: next(sizes))
+  recycled, spawned = [], []
+  monkeypatch.setattr(rt, "recycle_worker", lambda: recycled.append(True))
+  monkeypatch.setattr(rt, "_spawn_worker", lambda port: spawned.append(port) or {"port": port})
+  rt._process = type("P", (), {"pid": 1})()  # pylint: disable=protected-access
+  decisions = [rt.maybe_recycle_worker() for _ in range(4)]
+  assert decisions == [False, False, False, True]  # warm 100 MiB; 110.5 > 100 + 10
+  assert rt._warm_rss_mib == 100.0  # pylint: disable=protected-access
+  # The replacement was launched once, half-way (109.9 > 100 + 5), before the swap.
+  assert len(spawned) == 1
+  # jemalloc, an arena limit or a fleet: nothing to recycle.
+  assert runtime.ExecutionRuntime(malloc_arena_max=2).recycle_worker_mib is None
+  assert runtime.ExecutionRuntime(workers=["localhost:1"]).recycle_worker_mib is None
+  with pytest.raises(ValueError, match="recycle_worker_mib"):
+    runtime.ExecutionRuntime(recycle_worker_mib=-1)

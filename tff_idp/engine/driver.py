@@ -64,6 +64,7 @@ from tff_idp.engine import fingerprint
 from tff_idp.engine import metrics as metrics_lib
 from tff_idp.engine.metrics import MetricsWriter
 from tff_idp.engine.output_lock import OutputDirLock
+from tff_idp.execution import runtime
 
 ClientInputFn = Callable[[str, int], Any]
 EvaluateFn = Callable[[Any], dict]
@@ -430,6 +431,8 @@ class RoundDriver:
         rows.append(self._as_stored(row))
         if round_num % self.checkpoint_every == 0 or round_num == total_rounds:
           self._save(state, round_num)
+        # No computation is in flight: a grown glibc worker may be restarted here.
+        runtime.between_rounds()
         bar.update(1)
         postfix = {} if self.release_only else {"clients": row["clients_sampled"]}
         if row.get("eval_accuracy") is not None:

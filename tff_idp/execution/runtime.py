@@ -31,7 +31,12 @@ so the worker runs with jemalloc (or tcmalloc) preloaded when one is installed
 (``worker_allocator``). Each cohort size costs an executor stack in the worker
 (~20 MiB of TensorFlow sessions and threads); executors no invocation has used
 for ``executor_idle_calls`` invocations are closed, so a rare cohort size is
-not held for the rest of the run.
+not held for the rest of the run. Without jemalloc the worker is *recycled*
+instead (``recycle_worker_mib``): between two rounds, once its RSS has grown
+that much past its size after warm-up, the runtime closes its executors and
+starts a fresh worker. Nothing is lost: a round's state lives in the Python
+driver, and the worker holds only the executors of finished invocations
+(:func:`between_rounds`, called by :class:`tff_idp.engine.driver.RoundDriver`).
 """
 from __future__ import annotations
 
@@ -58,6 +63,11 @@ _PR_SET_PDEATHSIG = 1
 _STARTUP_TIMEOUT_S = 60.0
 _SIGNAL_LOCK_TIMEOUT_S = 5.0
 _WATCHDOG_POLL_S = 0.2
+# Rounds after a worker starts before its RSS is taken as its warm size.
+_RECYCLE_WARMUP_ROUNDS = 20
+# The default growth past the warm size at which a glibc worker is recycled.
+DEFAULT_RECYCLE_WORKER_MIB = 32.0
+_active: list = []  # the started runtimes, innermost last
 
 
 def worker_binary_path() -> str:
@@ -136,9 +146,9 @@ def _resolve_allocator(allocator: Optional[str]) -> Optional[str]:
     _warned_no_allocator = True
     logging.getLogger(__name__).warning(
         "no jemalloc or tcmalloc found: the TFF worker uses glibc malloc, whose "
-        "RSS creeps up ~0.25 MiB per round. Install one (Debian/Ubuntu: apt-get "
-        "install libjemalloc2) or pass malloc_arena_max=1 (flat but ~20-35% "
-        "slower rounds).")
+        "RSS creeps up ~0.3 MiB per round; it is restarted between rounds whenever it "
+        "has grown %g MiB (recycle_worker_mib). jemalloc (Debian/Ubuntu: apt-get install "
+        "libjemalloc2) keeps it flat without restarts.", DEFAULT_RECYCLE_WORKER_MIB)
   return path
 
 
@@ -186,6 +196,41 @@ class _ClosingLRUCache(cachetools.LRUCache):
     return key, executor
 
 
+def rss_mib(pid: int) -> float:
+  """Resident memory of process ``pid`` in MiB (Linux ``/proc``; NaN where unreadable)."""
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      for line in f:
+        if line.startswith("VmRSS:"):
+          return int(line.split()[1]) / 1024.0
+  except OSError:
+    pass
+  return float("nan")
+
+
+def between_rounds() -> bool:
+  """Lets the innermost started runtime recycle its worker; True if it did.
+
+  Called by the round driver after every round, when no computation is in
+  flight (see :meth:`ExecutionRuntime.maybe_recycle_worker`).
+  """
+  return _active[-1].maybe_recycle_worker() if _active else False
+
+
+def _terminate(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
+  """Ends a worker this runtime started, by PID: SIGTERM, then SIGKILL after ``timeout_s``."""
+  if proc.poll() is not None:
+    return
+  try:
+    proc.terminate()
+    proc.wait(timeout=timeout_s)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait(timeout=timeout_s)
+  except ProcessLookupError:
+    pass
+
+
 def _close_quietly(executor) -> None:
   try:
     executor.close()
@@ -220,6 +265,13 @@ class ExecutionRuntime:
     rpc_timeout_s: fleet only: deadline of every gRPC call to a worker.
     tls: fleet only: :class:`tff_idp.execution.fleet.TlsConfig` for TLS channels.
     port: the local worker's port (default: a free one).
+    recycle_worker_mib: a local glibc worker (no jemalloc/tcmalloc preloaded,
+      no ``malloc_arena_max``) is restarted between rounds once its RSS has
+      grown this many MiB past its size after ``_RECYCLE_WARMUP_ROUNDS``
+      rounds, which keeps it flat at the cost of a worker start (~0.5 s) every
+      ~100 small rounds (``benchmarks/bench_worker_memory.py``). ``None``:
+      never. Default: :data:`DEFAULT_RECYCLE_WORKER_MIB` with glibc, never
+      with an allocator that is flat by itself.
   """
 
   def __init__(self, device: str = "cpu", gpu_ids: Optional[Sequence[int]] = None,
@@ -236,7 +288,8 @@ class ExecutionRuntime:
                connect_timeout_s: float = fleet.DEFAULT_CONNECT_TIMEOUT_S,
                rpc_timeout_s: float = fleet.DEFAULT_RPC_TIMEOUT_S,
                tls: Optional[fleet.TlsConfig] = None,
-               port: Optional[int] = None):
+               port: Optional[int] = None,
+               recycle_worker_mib: Optional[float] = DEFAULT_RECYCLE_WORKER_MIB):
     if device not in ("cpu", "gpu"):
       raise ValueError(f"device={device!r} must be 'cpu' or 'gpu'.")
     self.device = device
@@ -284,6 +337,17 @@ class ExecutionRuntime:
     self._lock = threading.RLock()
     self._closed = False
     self._log_file = None
+    if recycle_worker_mib is not None and not recycle_worker_mib >= 0:
+      raise ValueError(f"recycle_worker_mib={recycle_worker_mib} must be >= 0 MiB (or None: "
+                       "never recycle the worker).")
+    flat_allocator = self.worker_allocator_path is not None or malloc_arena_max is not None
+    self.recycle_worker_mib = (None if workers is not None or flat_allocator
+                               else recycle_worker_mib)
+    self.worker_recycles = 0
+    self._rounds_since_start = 0
+    self._warm_rss_mib: Optional[float] = None
+    self._factory = None
+    self._standby: Optional[dict] = None  # a replacement worker being started
 
   # ------------------------------------------------------------------ worker
   @property
@@ -307,26 +371,28 @@ class ExecutionRuntime:
     env.update(self.worker_env)
     return env
 
-  def _start_worker(self):
+  def _spawn_worker(self, port: int) -> dict:
+    """Launches a worker_binary on ``port`` without waiting for it: its process, stub, log."""
     from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
     path = worker_binary_path()
     if not os.path.isfile(path):
       raise RuntimeError(f"TFF worker binary not found at {path}; reinstall "
                          "tensorflow-federated (see README).")
-    self._port = self.requested_port or portpicker.pick_unused_port()
-    if self.log_path:
-      self._log_file = open(self.log_path, "ab")  # pylint: disable=consider-using-with
-      out = self._log_file
-    else:
-      out = subprocess.DEVNULL
-    self._process = subprocess.Popen(  # pylint: disable=consider-using-with
+    log_file = open(self.log_path, "ab") if self.log_path else None  # pylint: disable=consider-using-with
+    process = subprocess.Popen(  # pylint: disable=consider-using-with
         _launch_command([
-            path, f"--port={self._port}",
+            path, f"--port={port}",
             f"--max_concurrent_computation_calls={self.max_concurrent_computation_calls}"]),
-        stdin=subprocess.DEVNULL, stdout=out, stderr=out, close_fds=True,
-        env=self._worker_env())
-    channel = grpc.insecure_channel(f"localhost:{self._port}", fleet.GRPC_OPTIONS)
-    self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
+        stdin=subprocess.DEVNULL, stdout=log_file or subprocess.DEVNULL,
+        stderr=log_file or subprocess.DEVNULL, close_fds=True, env=self._worker_env())
+    channel = grpc.insecure_channel(f"localhost:{port}", fleet.GRPC_OPTIONS)
+    return {"process": process, "port": port, "log_file": log_file,
+            "stub": remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)}
+
+  def _adopt_worker(self, worker: dict) -> None:
+    """Makes a spawned worker the runtime's, once it answers (RuntimeError if it never does)."""
+    self._process, self._port = worker["process"], worker["port"]
+    self._stub, self._log_file = worker["stub"], worker["log_file"]
     deadline = time.monotonic() + _STARTUP_TIMEOUT_S
     while not self._stub.is_ready:
       if self._process.poll() is not None:
@@ -337,7 +403,11 @@ class ExecutionRuntime:
         self._stop_worker()
         raise RuntimeError(f"TFF worker_binary did not become ready in "
                            f"{_STARTUP_TIMEOUT_S:.0f} s.")
-      time.sleep(0.1)
+      time.sleep(0.02)
+
+  def _start_worker(self):
+    self._adopt_worker(self._spawn_worker(self.requested_port or
+                                          portpicker.pick_unused_port()))
 
   @property
   def port(self) -> Optional[int]:
@@ -380,15 +450,8 @@ class ExecutionRuntime:
 
   def _stop_worker(self, timeout_s: float = 10.0) -> None:
     proc, self._process, self._stub = self._process, None, None
-    if proc is not None and proc.poll() is None:
-      try:
-        proc.terminate()
-        proc.wait(timeout=timeout_s)
-      except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=timeout_s)
-      except ProcessLookupError:
-        pass
+    if proc is not None:
+      _terminate(proc, timeout_s)
     if self._log_file is not None:
       self._log_file.close()
       self._log_file = None
@@ -418,7 +481,53 @@ class ExecutionRuntime:
     # benchmarks/bench_cohort_variation.py).
     factory._executors = _ClosingLRUCache(  # pylint: disable=protected-access
         self.executor_cache_size, self.executor_idle_calls)
+    self._factory = factory
     return factory
+
+  # --------------------------------------------------------------- recycling
+  def maybe_recycle_worker(self) -> bool:
+    """Restarts a grown local worker between rounds (see ``recycle_worker_mib``); True if so.
+
+    Its warm size is its RSS ``_RECYCLE_WARMUP_ROUNDS`` rounds after the
+    first start. Half-way to the bound a replacement is launched in the
+    background, so the swap does not wait for a worker to start. Only call
+    it when no computation is in flight.
+    """
+    if self.recycle_worker_mib is None or self._process is None or self._closed:
+      return False
+    self._rounds_since_start += 1
+    rss = rss_mib(self._process.pid)
+    if self._warm_rss_mib is None:
+      if self._rounds_since_start >= _RECYCLE_WARMUP_ROUNDS:
+        self._warm_rss_mib = rss
+      return False
+    grown = rss - self._warm_rss_mib
+    if (grown > self.recycle_worker_mib / 2 and self._standby is None
+        and self.requested_port is None):
+      with self._lock:
+        if not self._closed:
+          self._standby = self._spawn_worker(portpicker.pick_unused_port())
+    if not grown > self.recycle_worker_mib:
+      return False
+    self.recycle_worker()
+    return True
+
+  def recycle_worker(self) -> None:
+    """Closes every cached executor, stops the local worker and switches to a fresh one."""
+    with self._lock:
+      if self._closed or self.workers is not None:
+        raise RuntimeError("only a started runtime's local worker can be recycled.")
+      cache = getattr(self._factory, "_executors", None)
+      while cache:  # free the executors' state in the old worker first
+        cache.popitem()
+      self._stop_worker()
+      standby, self._standby = self._standby, None
+      if standby is not None and standby["process"].poll() is None:
+        self._adopt_worker(standby)
+      else:
+        self._start_worker()
+      self.worker_recycles += 1
+      self._rounds_since_start = 0
 
   def _wait(self, future):
     watchdog = self.check_worker if self.workers is None else None
@@ -477,6 +586,7 @@ class ExecutionRuntime:
       else:
         context = self._fleet_context()
       self.context = context
+      _active.append(self)
       stack = context_stack_impl.context_stack
       self._previous_context = stack.current
       stack.set_default_context(context)
@@ -515,7 +625,14 @@ class ExecutionRuntime:
       if self._closed:
         return
       self._closed = True
+      if self in _active:
+        _active.remove(self)
       self._stop_worker()
+      standby, self._standby = self._standby, None
+      if standby is not None:
+        _terminate(standby["process"])
+        if standby["log_file"] is not None:
+          standby["log_file"].close()
       for channel in self._channels.values():
         channel.close()
       self._channels = {}
