@@ -326,3 +326,23 @@ def test_library_use_is_quiet_unless_the_user_set_the_level(user_level, loud):
   assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
   tf_lines = TF_LOG_LINE.findall(proc.stderr)
   assert bool(tf_lines) == loud, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("delay", [0.8, 3.0])
+def test_sigterm_while_tensorflow_loads_ends_in_one_line(delay, tmp_path):
+  """SIGTERM after the flags passed, while TensorFlow is imported (cli.launch) or soon after."""
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "experiments.idp_fedavg", "--runs=nonprivate", "--seeds=0",
+       "--rounds=50", "--progress=false", f"--output_dir={tmp_path / 'run'}"],
+      cwd=ROOT, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    time.sleep(delay)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 143, (proc.returncode, stderr[-3000:])
+  assert stderr.strip().splitlines()[-1] == cli.TERMINATED, stderr[-3000:]
+  assert "Traceback" not in stderr, stderr[-3000:]

@@ -416,5 +416,15 @@ def launch(main: Callable[[list], Optional[int]],
   except EXPECTED_ERRORS as e:
     print(f"error: {str(e) or type(e).__name__}", file=sys.stderr, flush=True)
     sys.exit(2)
-  import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  # The import takes seconds: SIGTERM/SIGINT meanwhile get the same one line as later on.
+  if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+    signal.signal(signal.SIGTERM, _on_sigterm)  # kept: ``entry`` and the runtime chain to it
+  try:
+    import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  except KeyboardInterrupt:
+    print(f"\n{INTERRUPTED}", file=sys.stderr, flush=True)
+    sys.exit(130)
+  except _Terminated:
+    print(f"\n{TERMINATED}", file=sys.stderr, flush=True)
+    sys.exit(143)
   app.run(main, flags_parser=parse_flags)
