@@ -7,9 +7,8 @@ where the user has not set them (:func:`tff_idp.console.quiet_tensorflow`
 with ``library=True``; ``TFF_IDP_VERBOSE=1`` keeps them) and registers one
 exit hook (:mod:`tff_idp.execution.tff_teardown`).
 """
-import importlib as _importlib
-
 from tff_idp import console as _console
+from tff_idp import lazy_exports as _lazy_exports
 from tff_idp.execution import tff_teardown  # noqa: F401  (registers the exit hook)
 
 _console.quiet_tensorflow(library=True)
@@ -57,14 +56,7 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name: str):
-  """Loads a public name's module on first use (PEP 562)."""
-  module = _PUBLIC.get(name)
-  if module is None:
-    raise AttributeError(f"module 'tff_idp' has no attribute {name!r}")
-  value = getattr(_importlib.import_module(module), name)
-  globals()[name] = value
-  return value
+__getattr__ = _lazy_exports.getattr_for(__name__, _PUBLIC)
 
 
 def __dir__() -> list:

@@ -18,24 +18,19 @@ The privacy accounting (shuffle amplification, composition) lives in
 ``tff_idp.accounting.shuffle``. The names load their module (and TensorFlow)
 on first use, so ``tff_idp.apes.runs`` can be imported before TensorFlow.
 """
-import importlib as _importlib
+from tff_idp import lazy_exports as _lazy_exports
 
 _EXPORTS = {
-    "ShuffledPersonalizedMeanFactory": "aggregator",
+    "ShuffledPersonalizedMeanFactory": "tff_idp.apes.aggregator",
     **dict.fromkeys(("client_seed", "expected_value", "laplace_perturb", "perturb",
-                     "round_seed", "sample_from_uniforms"), "clip_laplace"),
+                     "round_seed", "sample_from_uniforms"), "tff_idp.apes.clip_laplace"),
     **dict.fromkeys(("MECHANISMS", "SPARSE_SELECTION", "build_ldp_client_work",
-                     "make_client_input", "make_round_inputs", "randomize"), "client_work"),
-    **dict.fromkeys(("DebiasGrid", "build_grid", "invert"), "debias"),
-    "build_apes_process": "process",
-    **dict.fromkeys(("SELECTIONS", "per_coordinate_epsilon", "sparsify_perturb"), "sparsify"),
+                     "make_client_input", "make_round_inputs", "randomize"),
+                    "tff_idp.apes.client_work"),
+    **dict.fromkeys(("DebiasGrid", "build_grid", "invert"), "tff_idp.apes.debias"),
+    "build_apes_process": "tff_idp.apes.process",
+    **dict.fromkeys(("SELECTIONS", "per_coordinate_epsilon", "sparsify_perturb"),
+                    "tff_idp.apes.sparsify"),
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-  """Loads a name's module (and TensorFlow) on first use (PEP 562)."""
-  module = _EXPORTS.get(name)
-  if module is None:
-    raise AttributeError(f"module 'tff_idp.apes' has no attribute {name!r}")
-  return getattr(_importlib.import_module(f"tff_idp.apes.{module}"), name)
+__getattr__ = _lazy_exports.getattr_for(__name__, _EXPORTS)

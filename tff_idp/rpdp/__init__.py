@@ -3,7 +3,7 @@
 The names below load their module (and TensorFlow) on first use (PEP 562), so
 ``tff_idp.rpdp.defaults`` can be read by a command line before TensorFlow loads.
 """
-import importlib as _importlib
+from tff_idp import lazy_exports as _lazy_exports
 
 _EXPORTS = {
     "build_local_dp_sgd": "tff_idp.rpdp.dp_sgd",
@@ -16,8 +16,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-  module = _EXPORTS.get(name)
-  if module is None:
-    raise AttributeError(f"module 'tff_idp.rpdp' has no attribute {name!r}")
-  return getattr(_importlib.import_module(module), name)
+__getattr__ = _lazy_exports.getattr_for(__name__, _EXPORTS)
