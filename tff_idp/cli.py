@@ -37,6 +37,7 @@ from absl import app
 from absl import flags
 
 from tff_idp import console
+from tff_idp import termination
 from tff_idp.errors import OutputDirError
 from tff_idp.errors import TffIdpError
 from tff_idp.errors import ToolkitValueError
@@ -308,12 +309,12 @@ def release_output_dirs() -> None:
 
 
 # ----------------------------------------------------------------- entry
-class _Terminated(BaseException):
-  """Raised by the SIGTERM handler so cleanup (``finally``, context managers) runs."""
+_Terminated = termination.Terminated  # raised by the SIGTERM handler so cleanup runs
 
 
 def _on_sigterm(signum, frame):
   del signum, frame
+  termination.request()  # remembered, in case the exception lands where it is dropped
   raise _Terminated()
 
 
@@ -369,7 +370,9 @@ def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
       previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
       check_flags(rules=rules)
-      return main(argv) or 0
+      code = main(argv) or 0
+      termination.check()  # a SIGTERM whose exception was dropped on the way
+      return code
     except EXPECTED_ERRORS as e:
       if _verbose():
         traceback.print_exc()

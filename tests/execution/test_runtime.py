@@ -324,8 +324,8 @@ CHAIN_CHILD = textwrap.dedent("""
     signal.signal(signal.SIGTERM, handler)   # as tff_idp.cli.entry installs its own
     from tff_idp.execution import runtime
     rt = runtime.ExecutionRuntime().start()
-    print("WORKER", rt.worker_pid, flush=True)
-    try:
+    try:  # the signal may come as soon as the line is out
+      print("WORKER", rt.worker_pid, flush=True)
       time.sleep(120)
     except Chained:
       print("CHAINED", flush=True)

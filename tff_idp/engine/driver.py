@@ -65,6 +65,7 @@ from tff_idp.engine import metrics as metrics_lib
 from tff_idp.engine.metrics import MetricsWriter
 from tff_idp.engine.output_lock import OutputDirLock
 from tff_idp.execution import runtime
+from tff_idp import termination
 
 ClientInputFn = Callable[[str, int], Any]
 EvaluateFn = Callable[[Any], dict]
@@ -388,6 +389,7 @@ class RoundDriver:
                     unit="round", dynamic_ncols=True)
     try:
       for round_num in range(start + 1, total_rounds + 1):
+        termination.check()  # a SIGTERM whose exception was swallowed (e.g. in a gc callback)
         t0 = time.perf_counter()
         if self.ledger is not None:
           self.ledger.begin_round()

@@ -1,0 +1,30 @@
+"""tff_idp.termination: a SIGTERM is remembered, so a dropped exception is raised again."""
+import pytest
+
+from tff_idp import termination
+
+
+def test_a_request_is_raised_again_at_the_next_check():
+  termination.reset()
+  termination.check()  # nothing requested: no-op
+  termination.request()
+  try:
+    assert termination.requested()
+    with pytest.raises(termination.Terminated):
+      termination.check()
+    with pytest.raises(termination.Terminated):  # every later check too
+      termination.check()
+  finally:
+    termination.reset()
+  assert not termination.requested()
+
+
+def test_the_cli_handler_records_the_request_before_raising():
+  from tff_idp import cli  # pylint: disable=g-import-not-at-top
+  termination.reset()
+  try:
+    with pytest.raises(termination.Terminated):
+      cli._on_sigterm(15, None)  # pylint: disable=protected-access
+    assert termination.requested()
+  finally:
+    termination.reset()
