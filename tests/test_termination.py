@@ -28,3 +28,20 @@ def test_the_cli_handler_records_the_request_before_raising():
     assert termination.requested()
   finally:
     termination.reset()
+
+
+def test_a_dropped_terminated_is_not_reported_but_other_errors_are(monkeypatch):
+  import sys  # pylint: disable=g-import-not-at-top
+  import types  # pylint: disable=g-import-not-at-top
+  reported = []
+  monkeypatch.setattr(sys, "unraisablehook", reported.append)
+  termination.reset()
+  try:
+    termination.request()
+    for error in (termination.Terminated(), ValueError("other")):
+      sys.unraisablehook(types.SimpleNamespace(exc_type=type(error), exc_value=error,
+                                               exc_traceback=None, err_msg=None, object=None))
+    assert [type(r.exc_value) for r in reported] == [ValueError]
+  finally:
+    termination.reset()
+  assert sys.unraisablehook == reported.append  # the user's hook is back

@@ -369,10 +369,15 @@ def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
       previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-      check_flags(rules=rules)
-      code = main(argv) or 0
-      termination.check()  # a SIGTERM whose exception was dropped on the way
-      return code
+      try:
+        check_flags(rules=rules)
+        code = main(argv) or 0
+        termination.check()  # a SIGTERM whose exception was dropped on the way
+        return code
+      except BaseException:
+        if termination.requested():  # any error while SIGTERM tears the run down
+          raise _Terminated() from None
+        raise
     except EXPECTED_ERRORS as e:
       if _verbose():
         traceback.print_exc()

@@ -10,6 +10,8 @@ round driver therefore calls :func:`check` before every round, which raises
 """
 from __future__ import annotations
 
+import sys
+
 _requested = False
 
 
@@ -18,9 +20,26 @@ class Terminated(BaseException):
 
 
 def request() -> None:
-  """Records a termination request (the SIGTERM handler calls it before raising)."""
+  """Records a termination request (the SIGTERM handler calls it before raising).
+
+  Also silences Python's "Exception ignored in ..." report of a
+  :class:`Terminated` dropped by a callback: it is raised again at the next
+  :func:`check`, so the user sees the one "terminated" line only.
+  """
   global _requested  # pylint: disable=global-statement
   _requested = True
+  if sys.unraisablehook is not _quiet_unraisable_hook:
+    _previous_hook[0] = sys.unraisablehook
+    sys.unraisablehook = _quiet_unraisable_hook
+
+
+_previous_hook = [sys.__unraisablehook__]
+
+
+def _quiet_unraisable_hook(unraisable) -> None:
+  if isinstance(unraisable.exc_value, Terminated):
+    return  # remembered by request(); check() raises it again
+  _previous_hook[0](unraisable)
 
 
 def requested() -> bool:
@@ -38,3 +57,5 @@ def reset() -> None:
   """Forgets a request (tests that send SIGTERM to their own process)."""
   global _requested  # pylint: disable=global-statement
   _requested = False
+  if sys.unraisablehook is _quiet_unraisable_hook:
+    sys.unraisablehook = _previous_hook[0]
