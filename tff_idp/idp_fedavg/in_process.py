@@ -58,6 +58,19 @@ SCALE_KEY = "clip_scale"
 DATA_KEY = "data"
 
 
+def _client_data_options() -> tf.data.Options:
+  """``tf.data`` options for iterating a client's data in the client update (issue 23).
+
+  Autotuning off: a client pipeline is iterated once per round, and starting
+  tf.data's autotuner with each iterator cost ~1.6 ms per client (2.4 vs
+  0.9 ms for the iterator alone, measured on 2 cores), more than it can win on a
+  pipeline of a few batches. The elements and their order are unchanged.
+  """
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return options
+
+
 class ModelDeltaClientUpdate:
   """One client's local training in this process, as TFF's model-delta client work does it.
 
@@ -91,7 +104,7 @@ class ModelDeltaClientUpdate:
     optimizer_state = optimizer.set_hparams(optimizer.initialize(self._trainable_specs),
                                             hparams)
     num_examples = tf.zeros([], tf.int64)
-    for batch in iter(dataset):
+    for batch in iter(dataset.with_options(_client_data_options())):
       with tf.GradientTape() as tape:
         output = model.forward_pass(batch, training=True)
       gradients = tape.gradient(output.loss, weights.trainable)
@@ -219,6 +232,9 @@ class InProcessLearningProcess:
     return len(self.client_updates)
 
   def _train_clients(self, hparams: Any, weights: Any, client_data: Sequence[Any]) -> list:
+    # Converted once per round, not once per client.
+    hparams = tf.nest.map_structure(tf.convert_to_tensor, hparams)
+    weights = tf.nest.map_structure(tf.convert_to_tensor, weights)
     k = len(self.client_updates)
     if k == 1:
       return [self.client_updates[0](hparams, weights, c) for c in client_data]
