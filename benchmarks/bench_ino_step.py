@@ -18,9 +18,10 @@ Both variants use separate instances of ``models.build_pc_mnist_cnn()``
 (26,010 parameters, 28×28×1 inputs), the same initial weights, the same
 records and the same seeds (hence the same Poisson batches). Each call runs
 ``local_steps`` steps; times are reported per step. The goal is INO/IDP ≤ 1.15
-(ratio of the medians; the INO-SGD paper: 11.89 vs 11.80 s per epoch). The
-median of the per-repetition ratios (each pair run back to back, the order
-alternating) is reported too, being less sensitive to load on a shared machine.
+(the INO-SGD paper: 11.89 vs 11.80 s per epoch), judged on the median of the
+per-repetition ratios (each pair run back to back, the order alternating),
+which is less sensitive to load on a shared machine than the ratio of the
+medians (also printed); the range of the per-repetition ratios is printed too.
 
   python -m benchmarks.bench_ino_step [--batches=256,1024] [--repeats=11]
                                       [--local-steps=10]
@@ -115,6 +116,8 @@ def bench_batch(batch: int, repeats: int, local_steps: int) -> dict:
           # so load drifts on a shared machine cancel within the pair.
           "paired_ratio_ino_vs_idp": float(np.median(
               np.array(times["ino"]) / np.array(times["idp"]))),
+          "paired_ratio_range": [float(np.min(np.array(times["ino"]) / np.array(times["idp"]))),
+                                 float(np.max(np.array(times["ino"]) / np.array(times["idp"])))],
           "scores_share_of_idp_step": sec["scores"] / sec["idp"],
           "all_seconds_per_step": times}
 
@@ -145,9 +148,11 @@ def main(argv) -> int:
              "owner_thresholds": list(OWNER_THRESHOLDS), "clip_norm": CLIP_NORM,
              "noise_multiplier": NOISE_MULTIPLIER, "tail": "beta(1,1)",
              "gamma_fraction_of_expected_sum_qC": GAMMA_FRACTION, "goal_ratio": GOAL,
-             "cpu_count": os.cpu_count(), "batches": {}}
+             "cpu_count": os.cpu_count(), "load_avg_at_start": os.getloadavg(),
+             "batches": {}}
   print(f"PC-MNIST CNN, N = {RECORDS_PER_BATCH}·B records at q = {1 / RECORDS_PER_BATCH:g}, "
-        f"median of {repeats} interleaved repetitions × {local_steps} local steps\n")
+        f"median of {repeats} interleaved repetitions × {local_steps} local steps, "
+        f"load average {os.getloadavg()[0]:.1f} at start\n")
   print("| expected batch | IDP-SGD s/step | INO-SGD s/step | INO/IDP (paired) | "
         "importance scores alone ms (% of IDP step) |")
   print("|---|---|---|---|---|")
@@ -155,17 +160,21 @@ def main(argv) -> int:
     r = bench_batch(batch, repeats, local_steps)
     results["batches"][str(batch)] = r
     sec = r["seconds_per_step"]
+    lo, hi = r["paired_ratio_range"]
     print(f"| {batch} | {sec['idp']:.4f} | {sec['ino']:.4f} | {r['ratio_ino_vs_idp']:.3f}× "
-          f"({r['paired_ratio_ino_vs_idp']:.3f}×) | "
+          f"({r['paired_ratio_ino_vs_idp']:.3f}×, range {lo:.2f}–{hi:.2f}) | "
           f"{1000 * sec['scores']:.2f} ({100 * r['scores_share_of_idp_step']:.1f}%) |",
           flush=True)
-  worst = max(r["ratio_ino_vs_idp"] for r in results["batches"].values())
+  # The goal is judged on the paired median (each pair run back to back): a
+  # ratio of two medians taken minutes apart moved by ±0.05 between runs here.
+  worst = max(r["paired_ratio_ino_vs_idp"] for r in results["batches"].values())
   results["worst_ratio"] = worst
   results["goal_met"] = worst <= GOAL
   os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
   with open(RESULTS, "w") as f:
     json.dump(results, f, indent=1)
-  print(f"\nworst INO/IDP {worst:.3f}× (goal ≤ {GOAL}×: "
+  results["load_avg_at_end"] = os.getloadavg()
+  print(f"\nworst paired INO/IDP {worst:.3f}× (goal ≤ {GOAL}×: "
         f"{'met' if worst <= GOAL else 'NOT met'})")
   print(f"written to {RESULTS}")
   return 0

@@ -249,34 +249,31 @@ RECORD_STEPS, RECORD_RATE, RECORD_LR, RECORD_CLIP = 10, 0.5, 0.05, 1.0
 
 
 def record_level_entry(w: Workload, rt, rounds: int) -> dict:
-  """rPDP-FL's round vs a plain DP-SGD loop over the same expected samples.
+  """rPDP-FL's round, both client executions, vs a plain DP-SGD loop over the same expected samples.
 
-  The round: ``build_rpdp_fedavg_process`` (TFF client work), every client
-  with all its records at rate q = ``RECORD_RATE`` and ``RECORD_STEPS``
-  local Poisson DP-SGD steps (σ = 1, L = 1, SGD). Expected samples per round:
-  clients × steps × q × examples. The loop: the same DP-SGD step function
+  The round: ``build_rpdp_fedavg_process``, every client with all its records
+  at rate q = ``RECORD_RATE`` and ``RECORD_STEPS`` local Poisson DP-SGD steps
+  (σ = 1, L = 1, SGD), as the library default builds it (``client_execution``
+  ``auto``: in process for this CNN) and with ``client_execution="tff"``
+  (TFF client work). Expected samples per round: clients × steps × q ×
+  examples. The loop: the same DP-SGD step function
   (``dp_sgd.build_local_dp_sgd``) in this process, one model, clients ×
   steps steps over all records pooled, at the rate that gives the same
-  expected batch.
+  expected batch. Interleaved: each pass runs one round of each execution,
+  then the loop; a ratio is the median over passes of loop seconds / round
+  seconds.
   """
+  del rt
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_idp.rpdp import dp_sgd  # pylint: disable=g-import-not-at-top
   from tff_idp.rpdp import client_work as record_process  # pylint: disable=g-import-not-at-top
   sgd = lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr)  # noqa: E731
-  process = record_process.build_rpdp_fedavg_process(
+  build = lambda **kw: record_process.build_rpdp_fedavg_process(  # noqa: E731
       w.model_fn, client_optimizer=sgd(RECORD_LR), server_optimizer=sgd(1.0),
-      local_steps=RECORD_STEPS, noise_multiplier=1.0, clip_norm=RECORD_CLIP)
+      local_steps=RECORD_STEPS, noise_multiplier=1.0, clip_norm=RECORD_CLIP, **kw)
+  processes = {"default": build(), "tff": build(client_execution="tff")}
   q = np.full(w.examples, RECORD_RATE, np.float32)
-  state = process.initialize()
-  round_s = []
-  for r in range(1 + rounds):
-    t0 = time.perf_counter()
-    data = [record_process.record_dataset(w.x[i], w.y[i], q, (r, i))
-            for i in range(w.clients)]
-    state = process.next(state, data).state
-    if r > 0:
-      round_s.append(time.perf_counter() - t0)
   model = w.model_fn()
   steps = w.clients * RECORD_STEPS
   loop = dp_sgd.build_local_dp_sgd(model, sgd(RECORD_LR), steps, 1.0, RECORD_CLIP)
@@ -285,19 +282,37 @@ def record_level_entry(w: Workload, rt, rounds: int) -> dict:
   q_all = np.full(len(y_all), RECORD_RATE * w.examples / len(y_all), np.float32)
   weights = tf.nest.map_structure(lambda v: v.numpy(),
                                   tff.learning.models.ModelWeights.from_model(model))
+  states = {name: p.initialize() for name, p in processes.items()}
+  round_s = {name: [] for name in processes}
   loop_s = []
-  for r in range(1 + rounds):
+  for r in range(1 + rounds):  # pass 0 warms everything up
+    for name, process in processes.items():
+      t0 = time.perf_counter()
+      data = [record_process.record_dataset(w.x[i], w.y[i], q, (r, i))
+              for i in range(w.clients)]
+      states[name] = process.next(states[name], data).state
+      if r > 0:
+        round_s[name].append(time.perf_counter() - t0)
     t0 = time.perf_counter()
     delta, _ = loop(weights, x_all, y_all, q_all, tf.constant([r, 0], tf.int64))
     tf.nest.map_structure(lambda t: t.numpy(), delta)
     if r > 0:
       loop_s.append(time.perf_counter() - t0)
   expected = w.clients * RECORD_STEPS * RECORD_RATE * w.examples
-  round_med, loop_med = float(np.median(round_s)), float(np.median(loop_s))
-  return {"local_steps": RECORD_STEPS, "rate": RECORD_RATE, "expected_samples": expected,
-          "round_s": round_med, "rounds_s_all": round_s, "loop_s": loop_med,
-          "loop_s_all": loop_s, "round_samples_per_s": expected / round_med,
-          "loop_samples_per_s": expected / loop_med, "ratio_to_loop": loop_med / round_med}
+  loop_med = float(np.median(loop_s))
+  out = {"local_steps": RECORD_STEPS, "rate": RECORD_RATE, "expected_samples": expected,
+         "loop_s": loop_med, "loop_s_all": loop_s, "loop_samples_per_s": expected / loop_med,
+         "default_execution": type(processes["default"]).__name__}
+  for name, times in round_s.items():
+    per_pass = [lo / ro for lo, ro in zip(loop_s, times)]
+    prefix = "" if name == "default" else f"{name}_"
+    out.update({
+        f"{prefix}round_s": float(np.median(times)), f"{prefix}rounds_s_all": times,
+        f"{prefix}round_samples_per_s": expected / float(np.median(times)),
+        f"{prefix}ratio_to_loop_per_pass": per_pass,
+        f"{prefix}ratio_to_loop": float(np.median(per_pass)),
+        f"{prefix}ratio_to_loop_range": [min(per_pass), max(per_pass)]})
+  return out
 
 
 class KerasCeiling:
@@ -418,7 +433,7 @@ def main(rounds: int = 5, clients: int = 30, examples: int = 100, epochs: int = 
                     "epochs": epochs, "batch": BATCH, "shape": list(shape),
                     "client_optimizer": f"adam lr={CLIENT_LR}", "server_optimizer": "sgd 1.0",
                     "noise_multiplier": NOISE_MULTIPLIER, "cpu_count": os.cpu_count(),
-                    "samples_per_round": samples},
+                    "samples_per_round": samples, "load_avg_at_start": os.getloadavg()},
          "entries": {}}
   t0 = time.perf_counter()
   procs = build_processes(w)
@@ -492,15 +507,18 @@ def _tables(res: dict) -> str:
   c = res["config"]
   lines = [f"{c['clients']} clients × {c['examples']} examples × {c['epochs']} epochs, batch "
            f"{c['batch']}, inputs {'×'.join(map(str, c['shape']))}, median of {c['rounds']} "
-           f"rounds after 1 warm-up, {c['cpu_count']} cores", "",
+           f"interleaved passes after 1 warm-up, {c['cpu_count']} cores, load average "
+           f"{c['load_avg_at_start'][0]:.1f} at start", "",
            "| entry | round s (of which datasets) | samples/s (range) | × Keras (paired "
-           "per pass) | × Keras (vs fastest fit) | worker cores busy | Python cores busy |",
+           "per pass: median, range) | × Keras (vs fastest fit) | worker cores busy | "
+           "Python cores busy |",
            "|---|---:|---:|---:|---:|---:|---:|"]
   for name, r in res["entries"].items():
     lo, hi = r["samples_per_s_range"]
     lines.append(f"| {name} | {r['round_s']:.2f} ({r['dataset_build_s']:.3f}) | "
                  f"{r['samples_per_s']:,.0f} ({lo:,.0f}–{hi:,.0f}) | "
-                 f"{r['ratio_to_keras_paired']:.2f}× | {r['ratio_to_keras']:.2f}× | "
+                 f"{r['ratio_to_keras_paired']:.2f}× ({min(r['ratio_to_keras_per_pass']):.2f}–"
+                 f"{max(r['ratio_to_keras_per_pass']):.2f}) | {r['ratio_to_keras']:.2f}× | "
                  f"{r['worker_cores_busy']:.2f} | {r['python_cores_busy_during_next']:.2f} |")
   n_fits = sum(len(f) for f in res["keras_fits_s_per_pass"])
   lines.append(f"| plain `model.fit` (ceiling: the fastest of {n_fits} fits; median "
@@ -515,11 +533,16 @@ def _tables(res: dict) -> str:
               f"evaluation on {st['eval_examples']:,} examples {st['evaluation_s']:.2f} s"]
   rl = res.get("record_level")
   if rl:
-    lines += ["", f"Record level (rPDP-FL, TFF client work): round {rl['round_s']:.2f} s = "
-              f"{rl['round_samples_per_s']:,.0f} samples/s; plain DP-SGD loop "
-              f"{rl['loop_s']:.2f} s = {rl['loop_samples_per_s']:,.0f} samples/s; "
-              f"ratio {rl['ratio_to_loop']:.2f}× ({rl['expected_samples']:,.0f} expected "
-              f"samples, {rl['local_steps']} steps at q = {rl['rate']})"]
+    lines += ["", f"Record level (rPDP-FL, {rl['expected_samples']:,.0f} expected samples, "
+              f"{rl['local_steps']} steps at q = {rl['rate']}): plain DP-SGD loop "
+              f"{rl['loop_s']:.2f} s = {rl['loop_samples_per_s']:,.0f} samples/s"]
+    for prefix, label in (("", "default (client_execution=auto: in process)"),
+                          ("tff_", "client_execution=tff (TFF client work)")):
+      lo, hi = rl[f"{prefix}ratio_to_loop_range"]
+      lines.append(f"- {label}: round {rl[f'{prefix}round_s']:.2f} s = "
+                   f"{rl[f'{prefix}round_samples_per_s']:,.0f} samples/s, "
+                   f"{rl[f'{prefix}ratio_to_loop']:.2f}× the loop (range over passes "
+                   f"{lo:.2f}–{hi:.2f}×)")
   bd = res.get("breakdown")
   if bd:
     lines += ["", "| clients | datasets built (Python) s | datasets serialised (Python) s | "

@@ -169,12 +169,6 @@ def test_parallel_clients_do_not_change_results_without_random_ops():
           for c in three.client_updates] == [1, 1, 1]
 
 
-def test_default_parallel_clients_is_the_core_count_capped_at_four(monkeypatch):
-  for cores, expected in [(1, 1), (2, 2), (16, 4), (None, 1)]:
-    monkeypatch.setattr(in_process.os, "cpu_count", lambda c=cores: c)
-    assert in_process.default_parallel_clients() == expected
-
-
 def test_a_failing_client_raises_and_the_process_still_works():
   p = _build(MLP_FN, 0.5, "in_process", parallel=2)
   state = p.initialize()

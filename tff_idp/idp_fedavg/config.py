@@ -12,9 +12,10 @@ import dataclasses
 import math
 from typing import Optional, Sequence
 
+from tff_idp.engine import client_execution
 from tff_idp.idp_fedavg import plan as privacy_plan
 
-CLIENT_EXECUTIONS = ("tff", "in_process")
+CLIENT_EXECUTIONS = client_execution.CLIENT_EXECUTIONS
 """Where the clients train: TFF client computations, or this process."""
 
 
@@ -71,12 +72,7 @@ class TrainingConfig:
   parallel_clients: Optional[int] = None
 
 
-def check_parallel_clients(value: int) -> int:
-  """``parallel_clients`` as an int; ValueError unless a whole number >= 1."""
-  if int(value) != value or value < 1:
-    raise ValueError(f"parallel_clients must be a whole number >= 1 (got {value!r}); "
-                     "leave it unset for the default (the core count, at most 4).")
-  return int(value)
+check_parallel_clients = client_execution.check_parallel_clients
 
 
 def check_settings(config: TrainingConfig) -> None:

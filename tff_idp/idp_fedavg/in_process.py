@@ -1,37 +1,21 @@
-"""In-process client execution: a faster simulation path for IDP-FedAvg rounds (issue 14).
+"""IDP-FedAvg's in-process client execution: the model-delta client update (issues 14, 23).
 
-A TFF round ships every sampled client's ``tf.data`` pipeline to the TFF
-worker and runs one client computation per client there. On the paper's CNN
-this costs ~20 ms per client of serialisation, shipping and launch, and the
-worker's per-client graphs compete for the same cores. This module runs the
-same round in two parts:
+The round's machinery (clients in this process, the unchanged DP aggregator
+and server optimizer as one TFF computation) is the engine's
+:mod:`tff_idp.engine.in_process_round`; this module supplies IDP-FedAvg's
+client update, :class:`ModelDeltaClientUpdate`: one traced ``tf.function``
+per model copy that does what TFF's model-delta client work
+(``tff.learning.templates.build_model_delta_client_work``) does: set the
+model to the broadcast weights, run the client optimizer over every batch,
+and return Δ = initial − final (zeroed, with weight 0, if any entry is not
+finite) and the model's unfinalized metrics. All privacy code (per-client
+clipping, the noised sum, the adaptive clip's noised count bit) runs in the
+TFF server step, where it runs in the TFF round; only the non-private part
+(local training on the clients' own data) moved. Its results equal the TFF
+round's within float tolerance (``tests/idp_fedavg/test_in_process.py``).
 
-1. **Client training in the driver's Python process**
-   (:class:`ModelDeltaClientUpdate`): one traced ``tf.function`` per process,
-   called once per sampled client, that does what TFF's model-delta client
-   work (``tff.learning.templates.build_model_delta_client_work``) does:
-   set the model to the broadcast weights, run the client optimizer over every
-   batch, and return Δ = initial − final (zeroed, with weight 0, if any entry
-   is not finite) and the model's unfinalized metrics.
-2. **Aggregation and server update in TFF, unchanged** (:func:`build_server_step`):
-   one federated computation calls the *same* ``AggregationProcess`` (the DP
-   aggregator: per-client clipping, the noised sum, the adaptive clip's noised
-   count bit) and the same finalizer (the server optimizer) as the TFF round,
-   on the clients' updates placed at ``tff.CLIENTS``. All privacy code runs
-   where it runs in the TFF round; only the non-private part (local training
-   on the clients' own data) moved.
-
-:class:`InProcessLearningProcess` wraps the two into the interface of the TFF
-``LearningProcess`` it was built from: the same ``initialize``, the same state
-structure (``LearningAlgorithmState``; checkpoints are interchangeable), the
-same metrics structure (``distributor``, ``client_work/train``,
-``aggregator``, ``finalizer``), so :class:`tff_idp.engine.driver.RoundDriver`,
-the privacy ledger and the checkpoints work unchanged. Its results equal the
-TFF round's within float tolerance (``tests/idp_fedavg/test_in_process.py``).
-
-On GPU this path trains on the driver process's TensorFlow device, with one
-client computation at a time using the whole device; TFF's per-client
-execution is known to leave a GPU mostly idle on small models.
+On GPU this path trains on the driver process's TensorFlow device; TFF's
+per-client execution is known to leave a GPU mostly idle on small models.
 
 Not for: a fleet of TFF workers (``--workers``: training would run on the
 driver, not the fleet), or the client-level audit's canary clients; use
@@ -39,10 +23,7 @@ driver, not the fleet), or the client-level audit's canary clients; use
 """
 from __future__ import annotations
 
-import collections
-from concurrent import futures
-import os
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -50,25 +31,14 @@ import tensorflow_federated as tff
 # TFF's own helper, so that non-finite updates are handled exactly as in its client work.
 from tensorflow_federated.python.learning import tensor_utils
 
-from tff_idp.idp_fedavg import config
+from tff_idp.engine import client_execution
+from tff_idp.engine import in_process_round
+from tff_idp.engine.in_process_round import InProcessLearningProcess  # noqa: F401 (re-export)
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
-CLIENT_EXECUTIONS = config.CLIENT_EXECUTIONS
+CLIENT_EXECUTIONS = client_execution.CLIENT_EXECUTIONS
 SCALE_KEY = "clip_scale"
 DATA_KEY = "data"
-
-
-def _client_data_options() -> tf.data.Options:
-  """``tf.data`` options for iterating a client's data in the client update (issue 23).
-
-  Autotuning off: a client pipeline is iterated once per round, and starting
-  tf.data's autotuner with each iterator cost ~1.6 ms per client (2.4 vs
-  0.9 ms for the iterator alone, measured on 2 cores), more than it can win on a
-  pipeline of a few batches. The elements and their order are unchanged.
-  """
-  options = tf.data.Options()
-  options.autotune.enabled = False
-  return options
 
 
 class ModelDeltaClientUpdate:
@@ -92,9 +62,10 @@ class ModelDeltaClientUpdate:
     self._trainable_specs = tuple(tf.TensorSpec(v.shape, v.dtype)
                                   for v in tf.nest.flatten(self._weights.trainable))
     self.metric_finalizers = self._model.metric_finalizers()
-    self.metrics_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
+    self.stats_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
         lambda t: tf.TensorSpec(t.shape, t.dtype),
         self._model.report_local_unfinalized_metrics()))
+    self.metrics_type = self.stats_type
     self._update = tf.function(self._update_fn)
 
   def _update_fn(self, hparams, initial_weights, dataset):
@@ -104,7 +75,7 @@ class ModelDeltaClientUpdate:
     optimizer_state = optimizer.set_hparams(optimizer.initialize(self._trainable_specs),
                                             hparams)
     num_examples = tf.zeros([], tf.int64)
-    for batch in iter(dataset.with_options(_client_data_options())):
+    for batch in iter(dataset.with_options(in_process_round.client_data_options())):
       with tf.GradientTape() as tape:
         output = model.forward_pass(batch, training=True)
       gradients = tape.gradient(output.loss, weights.trainable)
@@ -157,155 +128,18 @@ def _single_value(dataset: tf.data.Dataset) -> float:
 def build_server_step(aggregator: tff.templates.AggregationProcess,
                       finalizer: tff.learning.templates.FinalizerProcess,
                       client_update: ModelDeltaClientUpdate) -> tff.Computation:
-  """The round's server part as one TFF computation (the composed process's lines, unchanged).
+  """The engine's server step with the training metrics TFF's model-delta client work reports.
 
-  ``(aggregator state, finalizer state, global weights@SERVER, updates@CLIENTS,
-  update weights@CLIENTS, unfinalized metrics@CLIENTS) -> OrderedDict`` of
-  the aggregator's and finalizer's outputs, called as
-  ``tff.learning.templates.compose_learning_process`` calls them, and the
-  training metrics as ``tff.learning.metrics.sum_then_finalize`` (TFF's
-  model-delta client work) computes them.
+  ``tff.learning.metrics.sum_then_finalize`` over the clients' unfinalized
+  metrics (:func:`tff_idp.engine.in_process_round.build_server_step`).
   """
-  agg_state_type, value_type, weight_type = aggregator.next.type_signature.parameter
-  fin_state_type, weights_type, _ = finalizer.next.type_signature.parameter
-  metrics_type = tff.FederatedType(client_update.metrics_type, tff.CLIENTS)
-  aggregate_metrics = tff.learning.metrics.sum_then_finalize(client_update.metric_finalizers)
-
-  @tff.federated_computation(agg_state_type, fin_state_type, weights_type, value_type,
-                             weight_type, metrics_type)
-  def server_step(agg_state, fin_state, global_weights, updates, update_weights, metrics):
-    aggregated = aggregator.next(agg_state, updates, update_weights)
-    finalized = finalizer.next(fin_state, global_weights, aggregated.result)
-    return collections.OrderedDict(
-        aggregator_state=aggregated.state, aggregator_measurements=aggregated.measurements,
-        finalizer_state=finalized.state, new_weights=finalized.result,
-        finalizer_measurements=finalized.measurements,
-        train_metrics=aggregate_metrics(metrics))
-
-  return server_step
+  return in_process_round.build_server_step(
+      aggregator, finalizer, client_update.stats_type,
+      tff.learning.metrics.sum_then_finalize(client_update.metric_finalizers))
 
 
-def default_parallel_clients() -> int:
-  """Clients trained at once by default: the core count, at most 4.
-
-  Measured on 2 cores (``benchmarks/bench_round_throughput.py``): 2 at once
-  trained a 30-client round of the paper's CNN in ~0.75× the time of 1 (one
-  client alone keeps ~1.5 cores busy), 3 was no faster than 2. Above 2 cores
-  the cap is a guess, not a measurement.
-  """
-  return max(1, min(os.cpu_count() or 1, 4))
-
-
-class InProcessLearningProcess:
-  """A TFF ``LearningProcess`` whose clients train in this process (module docstring).
-
-  ``reference`` is the composed TFF process with the same components: it
-  provides ``initialize``, ``get_model_weights``, ``set_model_weights`` and
-  ``get_hparams``, so states and checkpoints are interchangeable with it.
-
-  ``client_updates`` holds one :class:`ModelDeltaClientUpdate` (its own
-  model copy) per client trained at once. Client ``i`` of a cohort always
-  goes to copy ``i mod k``, and each copy trains its clients in cohort
-  order, one thread per copy: which copy trains which client never depends
-  on timing, so a model with seeded stateful random ops (Dropout) draws the
-  same masks in every run of the same cohorts.
-  """
-
-  def __init__(self, reference: tff.learning.templates.LearningProcess,
-               client_updates: Sequence[ModelDeltaClientUpdate], server_step: tff.Computation):
-    if not client_updates:
-      raise ValueError("an in-process learning process needs at least one client update.")
-    self.reference = reference
-    self.client_updates = list(client_updates)
-    self.server_step = server_step
-    self.initialize = reference.initialize
-    self.get_model_weights = reference.get_model_weights
-    self.set_model_weights = reference.set_model_weights
-    self.get_hparams = reference.get_hparams
-    self.set_hparams = reference.set_hparams
-    self._threads = ([futures.ThreadPoolExecutor(1, thread_name_prefix=f"tff_idp-client{k}")
-                      for k in range(len(self.client_updates))]
-                     if len(self.client_updates) > 1 else [])
-
-  @property
-  def parallel_clients(self) -> int:
-    return len(self.client_updates)
-
-  def _train_clients(self, hparams: Any, weights: Any, client_data: Sequence[Any]) -> list:
-    # Converted once per round, not once per client.
-    hparams = tf.nest.map_structure(tf.convert_to_tensor, hparams)
-    weights = tf.nest.map_structure(tf.convert_to_tensor, weights)
-    k = len(self.client_updates)
-    if k == 1:
-      return [self.client_updates[0](hparams, weights, c) for c in client_data]
-    jobs = [self._threads[i % k].submit(self.client_updates[i % k], hparams, weights, c)
-            for i, c in enumerate(client_data)]
-    try:
-      return [job.result() for job in jobs]
-    except BaseException:  # an error or Ctrl-C: train no further client
-      for job in jobs:
-        job.cancel()
-      raise
-
-  def next(self, state: Any, client_data: Sequence[Any]
-           ) -> tff.learning.templates.LearningProcessOutput:
-    """One round (Alg. 2 lines 4-9): clients here, then the TFF server step."""
-    weights = state.global_model_weights
-    results = self._train_clients(state.client_work, weights, client_data)
-    updates = [r[0] for r in results]
-    update_weights = [r[1] for r in results]
-    metrics = [r[2] for r in results]
-    out = self.server_step(state.aggregator, state.finalizer, weights, updates,
-                           update_weights, metrics)
-    new_state = tff.learning.templates.LearningAlgorithmState(
-        global_model_weights=out["new_weights"], distributor=state.distributor,
-        client_work=state.client_work, aggregator=out["aggregator_state"],
-        finalizer=out["finalizer_state"])
-    measurements = collections.OrderedDict(
-        distributor=(),
-        client_work=collections.OrderedDict(train=out["train_metrics"]),
-        aggregator=out["aggregator_measurements"],
-        finalizer=out["finalizer_measurements"])
-    return tff.learning.templates.LearningProcessOutput(new_state, measurements)
-
-  def close(self) -> None:
-    """Stops the client threads (idle ones also end when the interpreter exits)."""
-    for pool in self._threads:
-      pool.shutdown(wait=False, cancel_futures=True)
-
-
-check_parallel_clients = config.check_parallel_clients
-
-
-# ``auto`` trains clients in process from this many trainable parameters up.
-# Measured (issue 14, 2 cores): the paper's CNN (28,298 parameters) trains a
-# round 1.3-1.6x faster in process; the main job's logistic regression
-# (610 parameters, ~30 steps per client) was ~25% slower in process (0.24 vs
-# 0.19 s per round), where per-step op dispatch, not arithmetic, dominates and
-# TFF's worker runs all the cohort's small client computations at once.
-IN_PROCESS_MIN_PARAMETERS = 10_000
-
-
-def resolve_client_execution(requested: str, num_parameters: Optional[int],
-                             canaries: bool = False) -> str:
-  """``requested`` with ``auto`` resolved: the library's and the CLI's one rule.
-
-  ``auto`` trains in process (the fast path) from ``IN_PROCESS_MIN_PARAMETERS``
-  trainable parameters up (``num_parameters=None``: unknown, in process), and
-  as TFF client computations for smaller models or when an audit adds canary
-  clients (TFF client work).
-  """
-  if requested != "auto":
-    return check_client_execution(requested)
-  if canaries:
-    return "tff"
-  if num_parameters is not None and num_parameters < IN_PROCESS_MIN_PARAMETERS:
-    return "tff"
-  return "in_process"
-
-
-def check_client_execution(value: str) -> str:
-  if value not in CLIENT_EXECUTIONS:
-    raise ValueError(f"client_execution must be one of auto, {', '.join(CLIENT_EXECUTIONS)} "
-                     f"(got {value!r}).")
-  return value
+default_parallel_clients = client_execution.default_parallel_clients
+check_parallel_clients = client_execution.check_parallel_clients
+check_client_execution = client_execution.check_client_execution
+resolve_client_execution = client_execution.resolve_client_execution
+IN_PROCESS_MIN_PARAMETERS = client_execution.IN_PROCESS_MIN_PARAMETERS

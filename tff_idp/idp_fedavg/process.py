@@ -25,6 +25,7 @@ import tensorflow_federated as tff
 
 from tff_idp.engine.tff_composition import CLIENT_LOOP
 from tff_idp.engine.tff_composition import map_client_results
+from tff_idp.engine import in_process_round
 from tff_idp.idp_fedavg.aggregators import AdaptiveClipDPMeanFactory
 from tff_idp.idp_fedavg import in_process
 
@@ -110,7 +111,8 @@ def build_idp_fedavg_process(
       own model copy (default :func:`tff_idp.idp_fedavg.in_process.default_parallel_clients`).
   """
   client_execution = in_process.resolve_client_execution(
-      client_execution, _num_trainable_parameters(model_fn) if client_execution == "auto"
+      client_execution,
+      in_process_round.num_trainable_parameters(model_fn) if client_execution == "auto"
       else None, canaries=canary_client_work is not None)
   if parallel_clients is not None:
     in_process.check_parallel_clients(parallel_clients)
@@ -195,12 +197,6 @@ def _build_tff_process(
       aggregator.create(weights_type.trainable, tff.TensorType(np.float32)),
       tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                               weights_type))
-
-
-def _num_trainable_parameters(model_fn: ModelFn) -> int:
-  with tf.Graph().as_default():
-    model = model_fn()
-    return int(sum(np.prod(v.shape) for v in model.trainable_variables))
 
 
 def _initial_model_weights_fn(model_fn: ModelFn):

@@ -27,70 +27,20 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_idp.engine import client_execution as client_execution_lib
+from tff_idp.engine import in_process_round
 from tff_idp.rpdp import dp_sgd
+from tff_idp.rpdp import in_process
+from tff_idp.rpdp import record_stats
+from tff_idp.rpdp import records
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
-RATE_KEY = "q"
-SEED_KEY = "seed"
-CANARY_KEY = "canary"
-STAT_KEYS = ("loss_sum", "sampled", "clipped", "expected_batch", "steps")
-
-
-def record_element_spec(input_spec, with_canaries: bool = False) -> collections.OrderedDict:
-  """The model's (x, y) batch spec plus per-record ``q`` and ``seed`` (and ``canary``)."""
-  x_spec, y_spec = (input_spec["x"], input_spec["y"]) if isinstance(input_spec, dict) \
-      else input_spec
-  spec = collections.OrderedDict(
-      x=x_spec, y=y_spec,
-      q=tf.TensorSpec([None], tf.float32),
-      seed=tf.TensorSpec([None, 2], tf.int64))
-  if with_canaries:
-    spec[CANARY_KEY] = tf.TensorSpec([None], tf.int32)
-  return spec
-
-
-def record_dataset(x: np.ndarray, y: np.ndarray, q: np.ndarray, seed: tuple[int, int],
-                   batch_size: int = 512,
-                   canary_index: Optional[np.ndarray] = None) -> tf.data.Dataset:
-  """One client's records with their rates and the round's seed, batched.
-
-  ``canary_index`` (int32 [N], −1 = real record) adds the ``canary`` field of
-  an audit process (module doc); without it the dataset is the plain one.
-  """
-  n = len(y)
-  if not len(x) == len(q) == n:
-    raise ValueError(f"x, y and q must have one row per record (got {len(x)}, {n}, {len(q)}).")
-  seeds = np.broadcast_to(np.asarray(seed, dtype=np.int64), (n, 2))
-  fields = collections.OrderedDict(x=x, y=y, q=np.asarray(q, np.float32), seed=seeds)
-  if canary_index is not None:
-    if len(canary_index) != n:
-      raise ValueError(f"canary_index must have one entry per record (got "
-                       f"{len(canary_index)} for {n}).")
-    fields[CANARY_KEY] = np.asarray(canary_index, np.int32)
-  return tf.data.Dataset.from_tensor_slices(fields).batch(batch_size)
-
-
-def collect_records(dataset: tf.data.Dataset):
-  """Concatenates every batch of a client's dataset into whole tensors.
-
-  Returns (x, y, q, seed), plus the ``canary`` indices last when the dataset
-  has that field.
-  """
-  spec = dataset.element_spec
-  keys = ("x", "y", "q", "seed") + ((CANARY_KEY,) if CANARY_KEY in spec else ())
-
-  def empty(s):
-    return tf.zeros([0] + s.shape.as_list()[1:], s.dtype)
-
-  initial = tuple(empty(spec[k]) for k in keys)
-
-  def concat(state, batch):
-    return tuple(tf.concat([s, batch[k]], axis=0) for s, k in zip(state, keys))
-
-  x, y, q, seeds, *rest = dataset.reduce(initial, concat)
-  seed = tf.cond(tf.shape(seeds)[0] > 0, lambda: seeds[0],
-                 lambda: tf.zeros([2], tf.int64))
-  return (x, y, q, seed, *rest)
+STAT_KEYS = record_stats.STAT_KEYS
+# The client data's record fields, re-exported from :mod:`tff_idp.rpdp.records`.
+RATE_KEY, SEED_KEY, CANARY_KEY = records.RATE_KEY, records.SEED_KEY, records.CANARY_KEY
+record_element_spec = records.record_element_spec
+record_dataset = records.record_dataset
+collect_records = records.collect_records
 
 
 def build_record_dp_client_work(
@@ -144,21 +94,11 @@ def build_record_dp_client_work(
       x, y, q, seed, canary_index = collect_records(dataset)
       delta, stats = update_fn(initial_weights, x, y, q, seed, canary_index=canary_index)
     weight = tf.cast(stats["steps"] > 0, tf.float32)
-    stats = collections.OrderedDict((k, stats[k]) for k in STAT_KEYS)
-    stats["participating"] = weight
-    return tff.learning.templates.ClientResult(update=delta, update_weight=weight), stats
+    return (tff.learning.templates.ClientResult(update=delta, update_weight=weight),
+            record_stats.client_stats(stats, weight))
 
   stats_type = client_update.type_signature.result[1]
-
-  @tff.tensorflow.computation(stats_type)
-  def finalize_stats(stats):
-    sampled = stats["sampled"]
-    return collections.OrderedDict(
-        loss=tf.math.divide_no_nan(stats["loss_sum"], sampled),
-        sampled_records=sampled,
-        clipped_fraction=tf.math.divide_no_nan(stats["clipped"], sampled),
-        mean_expected_batch=tf.math.divide_no_nan(stats["expected_batch"], stats["steps"]),
-        participating_clients=stats["participating"])
+  finalize_stats = tff.tensorflow.computation(record_stats.finalize, stats_type)
 
   @tff.federated_computation
   def init_fn():
@@ -184,6 +124,8 @@ def build_rpdp_fedavg_process(
     loss_fn: dp_sgd.LossFn = dp_sgd.sparse_categorical_crossentropy,
     example_weight_fn: Optional[dp_sgd.ExampleWeightFn] = None,
     record_replacement: Optional[dp_sgd.RecordReplacement] = None,
+    client_execution: str = "auto",
+    parallel_clients: Optional[int] = None,
 ) -> tff.learning.templates.LearningProcess:
   """rPDP-FL (Alg. 3) as a ``LearningProcess``: broadcast → record-level DP-SGD → mean → optimizer.
 
@@ -194,7 +136,26 @@ def build_rpdp_fedavg_process(
 
   ``record_replacement`` builds the audit variant (the hook that record-level
   gradient canaries plug into, :func:`build_record_dp_client_work`).
+
+  ``client_execution``: ``"tff"`` runs each client's DP-SGD as a TFF client
+  computation; ``"in_process"`` runs the same DP-SGD function in this process
+  (:mod:`tff_idp.rpdp.in_process`; records, rates and seeds read from the same
+  client datasets, so the rounds are equal within float tolerance) and the
+  mean and server optimizer in TFF; ``"auto"`` (default) picks as IDP-FedAvg
+  does (:func:`tff_idp.engine.client_execution.resolve_client_execution`: in
+  process from 10,000 trainable parameters up, in TFF for smaller models and
+  for the audit variant). ``parallel_clients``: in-process model copies
+  (default: the core count, at most 4).
   """
+  execution = client_execution_lib.resolve_client_execution(
+      client_execution,
+      in_process_round.num_trainable_parameters(model_fn) if client_execution == "auto"
+      else None, canaries=record_replacement is not None)
+  if parallel_clients is not None:
+    client_execution_lib.check_parallel_clients(parallel_clients)
+  if execution == "in_process" and record_replacement is not None:
+    raise ValueError("client_execution='in_process' does not run the record-level audit's "
+                     "canaries; build the audit process with client_execution='tff'.")
   client_work = build_record_dp_client_work(
       model_fn, client_optimizer, local_steps=local_steps,
       noise_multiplier=noise_multiplier, clip_norm=clip_norm, loss_fn=loss_fn,
@@ -208,8 +169,20 @@ def build_rpdp_fedavg_process(
 
   aggregator = tff.aggregators.MeanFactory(no_nan_division=True).create(
       weights_type.trainable, tff.TensorType(np.float32))
-  return tff.learning.templates.compose_learning_process(
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                                      weights_type)
+  reference = tff.learning.templates.compose_learning_process(
       initial_model_weights_fn,
       tff.learning.templates.build_broadcast_process(weights_type),
-      client_work, aggregator,
-      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type))
+      client_work, aggregator, finalizer)
+  if execution == "tff":
+    return reference
+  copies = parallel_clients or client_execution_lib.default_parallel_clients()
+  updates = [in_process.RecordDpClientUpdate(
+      model_fn, client_optimizer, local_steps=local_steps, noise_multiplier=noise_multiplier,
+      clip_norm=clip_norm, loss_fn=loss_fn, example_weight_fn=example_weight_fn)
+             for _ in range(copies)]
+  server_step = in_process_round.build_server_step(
+      aggregator, finalizer, updates[0].stats_type,
+      record_stats.build_aggregate(updates[0].stats_type))
+  return in_process_round.InProcessLearningProcess(reference, updates, server_step)

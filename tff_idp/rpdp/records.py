@@ -1,0 +1,100 @@
+"""rPDP-FL's client data: one client's records with their rates and the round's seed.
+
+A client's data is a ``tf.data.Dataset`` of record batches with the model's
+features and labels plus two fields (:func:`record_dataset`):
+
+* ``q``: float32 [B], each record's current sampling rate (0 = excluded);
+* ``seed``: int64 [B, 2], the client's seed for this round, repeated on every
+  record so that the element stays a plain batch (TFF client data must be a
+  sequence). It drives the client's record sampling and DP-SGD noise, so it
+  is the client's secret: it lives in client-placed data that no server
+  computation reads.
+
+Both client executions read it: the TFF client work with
+:func:`collect_records` inside its computation, the in-process one with
+:func:`collect_records_eagerly`.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+RATE_KEY = "q"
+SEED_KEY = "seed"
+CANARY_KEY = "canary"
+
+
+def record_element_spec(input_spec, with_canaries: bool = False) -> collections.OrderedDict:
+  """The model's (x, y) batch spec plus per-record ``q`` and ``seed`` (and ``canary``)."""
+  x_spec, y_spec = (input_spec["x"], input_spec["y"]) if isinstance(input_spec, dict) \
+      else input_spec
+  spec = collections.OrderedDict(
+      x=x_spec, y=y_spec,
+      q=tf.TensorSpec([None], tf.float32),
+      seed=tf.TensorSpec([None, 2], tf.int64))
+  if with_canaries:
+    spec[CANARY_KEY] = tf.TensorSpec([None], tf.int32)
+  return spec
+
+
+def record_dataset(x: np.ndarray, y: np.ndarray, q: np.ndarray, seed: tuple[int, int],
+                   batch_size: int = 512,
+                   canary_index: Optional[np.ndarray] = None) -> tf.data.Dataset:
+  """One client's records with their rates and the round's seed, batched.
+
+  ``canary_index`` (int32 [N], −1 = real record) adds the ``canary`` field of
+  an audit process (module doc); without it the dataset is the plain one.
+  """
+  n = len(y)
+  if not len(x) == len(q) == n:
+    raise ValueError(f"x, y and q must have one row per record (got {len(x)}, {n}, {len(q)}).")
+  seeds = np.broadcast_to(np.asarray(seed, dtype=np.int64), (n, 2))
+  fields = collections.OrderedDict(x=x, y=y, q=np.asarray(q, np.float32), seed=seeds)
+  if canary_index is not None:
+    if len(canary_index) != n:
+      raise ValueError(f"canary_index must have one entry per record (got "
+                       f"{len(canary_index)} for {n}).")
+    fields[CANARY_KEY] = np.asarray(canary_index, np.int32)
+  return tf.data.Dataset.from_tensor_slices(fields).batch(batch_size)
+
+
+def collect_records(dataset: tf.data.Dataset):
+  """Concatenates every batch of a client's dataset into whole tensors.
+
+  Returns (x, y, q, seed), plus the ``canary`` indices last when the dataset
+  has that field.
+  """
+  spec = dataset.element_spec
+  keys = ("x", "y", "q", "seed") + ((CANARY_KEY,) if CANARY_KEY in spec else ())
+
+  def empty(s):
+    return tf.zeros([0] + s.shape.as_list()[1:], s.dtype)
+
+  initial = tuple(empty(spec[k]) for k in keys)
+
+  def concat(state, batch):
+    return tuple(tf.concat([s, batch[k]], axis=0) for s, k in zip(state, keys))
+
+  x, y, q, seeds, *rest = dataset.reduce(initial, concat)
+  seed = tf.cond(tf.shape(seeds)[0] > 0, lambda: seeds[0],
+                 lambda: tf.zeros([2], tf.int64))
+  return (x, y, q, seed, *rest)
+
+
+def collect_records_eagerly(dataset: tf.data.Dataset, options: Optional[tf.data.Options] = None):
+  """:func:`collect_records` in eager mode (no ``reduce``): (x, y, q, seed) as tensors."""
+  if options is not None:
+    dataset = dataset.with_options(options)
+  spec = dataset.element_spec
+  keys = ("x", "y", RATE_KEY, SEED_KEY)
+  batches = list(dataset)
+  if not batches:
+    x, y, q, seeds = (tf.zeros([0] + spec[k].shape.as_list()[1:], spec[k].dtype) for k in keys)
+  else:
+    x, y, q, seeds = (tf.concat([b[k] for b in batches], axis=0) if len(batches) > 1
+                      else batches[0][k] for k in keys)
+  seed = seeds[0] if int(tf.shape(seeds)[0]) > 0 else tf.zeros([2], tf.int64)
+  return x, y, q, seed
