@@ -170,10 +170,10 @@ def main(argv) -> int:
   worst = max(r["paired_ratio_ino_vs_idp"] for r in results["batches"].values())
   results["worst_ratio"] = worst
   results["goal_met"] = worst <= GOAL
+  results["load_avg_at_end"] = os.getloadavg()
   os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
   with open(RESULTS, "w") as f:
     json.dump(results, f, indent=1)
-  results["load_avg_at_end"] = os.getloadavg()
   print(f"\nworst paired INO/IDP {worst:.3f}× (goal ≤ {GOAL}×: "
         f"{'met' if worst <= GOAL else 'NOT met'})")
   print(f"written to {RESULTS}")

@@ -92,7 +92,7 @@ def _config(output_dir: str, rounds: int, execution: str):
       rounds=rounds, clients_per_round=10, local_epochs=5, batch_size=16,
       client_learning_rate=0.6, server_learning_rate=1.0, client_optimizer="sgd",
       delta=1e-4, accountant="rdp", output_dir=output_dir, eval_every=2,
-      checkpoint_every=10, progress=False, initial_clip=2.5, restart=True,
+      checkpoint_every=10, progress=False, initial_clip=2.5,
       client_execution=execution)
 
 

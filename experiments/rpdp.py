@@ -160,6 +160,7 @@ _CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", DEFAULTS["checkpoin
                                          "Checkpoint every k rounds.")
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
 worker_flags.define()
+worker_flags.define_client_execution()
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 _RESTART = flags.DEFINE_bool(
     "restart", False, "Discard the checkpoints and metrics in --output_dir and start fresh "
@@ -282,6 +283,8 @@ def check() -> dict:
   whether budgets follow the classes, the audit's levels and the distribution.
   """
   worker_flags.runtime_kwargs()
+  # The canary runs of --audit_canaries always use TFF client work (not refused here).
+  execution = worker_flags.training_kwargs(audit_canaries=0)
   unknown = set(_METHODS.value) - set(record_plan.METHODS)
   if unknown or not _METHODS.value:
     raise ValueError(f"--methods has {sorted(unknown) or 'nothing'}; choose from "
@@ -325,7 +328,8 @@ def check() -> dict:
         ("users_per_silo", "iid"),
         f"they shape the embedded federation, and --dataset={_DATASET.value} is not it")
   return {"seeds": seeds, "params": params, "by_class": by_class,
-          "audit_levels": audit_levels, "distribution": make_distribution()}
+          "audit_levels": audit_levels, "distribution": make_distribution(),
+          "execution": execution}
 
 
 @cli.entry
@@ -402,7 +406,7 @@ def main(argv):
                     audit=(record_canaries.RecordCanaryAudit(
                         _AUDIT_CANARIES.value, _AUDIT_SEED.value, audit_levels)
                            if _AUDIT_CANARIES.value else None),
-                    dropout_cutoff=dropout_cutoff)
+                    dropout_cutoff=dropout_cutoff, **checked["execution"])
     except record_runs.AuditConfigError as e:
       print(f"error: {e}", file=sys.stderr)
       return 2

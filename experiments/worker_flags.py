@@ -17,7 +17,7 @@ from tff_idp.execution import fleet
 WORKERS = "workers"
 _NAMES = ("workers", "worker_retries", "worker_connect_timeout_s", "worker_rpc_timeout_s",
           "worker_tls_ca", "worker_tls_cert", "worker_tls_key", "worker_tls_server_name")
-# IDP-FedAvg's modules only (``define_client_execution``).
+# IDP-FedAvg's and rPDP-FL's modules only (``define_client_execution``).
 EXECUTION_NAMES = ("client_execution", "parallel_clients")
 
 
@@ -49,17 +49,18 @@ def define() -> None:
 
 
 def define_client_execution() -> None:
-  """``--client_execution`` and ``--parallel_clients`` (IDP-FedAvg modules; once per process)."""
+  """``--client_execution`` and ``--parallel_clients`` (IDP-FedAvg and rPDP-FL modules; once
+  per process)."""
   if "client_execution" in flags.FLAGS:
     return
   flags.DEFINE_enum(
       "client_execution", "auto", ["auto", "in_process", "tff"],
-      "Where IDP-FedAvg clients train. in_process: in this process, several at once "
-      "(faster for conv nets; the aggregator and server update still run in TFF, "
+      "Where IDP-FedAvg and rPDP-FL clients train. in_process: in this process, several "
+      "at once (faster for conv nets; the aggregator and server update still run in TFF, "
       "unchanged); tff: as TFF client computations on the worker(s). auto: tff with "
-      "--workers, --audit_canaries or a model under 10,000 parameters (TFF's concurrent "
-      "client computations are faster there), in_process otherwise. Other algorithms "
-      "always use tff.")
+      "--workers, --audit_canaries (IDP-FedAvg; rPDP-FL's canary runs always use tff) or a "
+      "model under 10,000 parameters (TFF's concurrent client computations are as fast "
+      "there), in_process otherwise. APES always uses tff.")
   flags.DEFINE_integer(
       "parallel_clients", None,
       "With in-process client execution: clients trained at once, each on its own "

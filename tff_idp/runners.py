@@ -141,7 +141,8 @@ def run_rpdp(split, *, output_dir: str,
              eval_every: Optional[int] = None, checkpoint_every: Optional[int] = None,
              device: str = "cpu",
              progress: bool = True, own_runtime: bool = True,
-             dropout_cutoff: Optional[float] = None) -> RunResult:
+             dropout_cutoff: Optional[float] = None, client_execution: str = "auto",
+             parallel_clients: Optional[int] = None) -> RunResult:
   """rPDP-FL (record-level personalized DP) and its baselines on ``split``.
 
   Args:
@@ -164,6 +165,9 @@ def run_rpdp(split, *, output_dir: str,
       σ = 2, L = 1, η = 1, δ = 1e-4, type2), so the CLI and the runner run the
       same experiment on the same split.
     model, head: as in :func:`run_idp_fedavg`.
+    client_execution, parallel_clients: where the clients' DP-SGD runs, as in
+      :func:`run_idp_fedavg` ("auto": in this process for models of ≥ 10,000
+      parameters, TFF client computations otherwise).
     dropout_cutoff: the Dropout baseline's ε_mod. ``None``: the mean of the
       distribution (:func:`tff_idp.preferences.expected_budget`, from its
       specification alone) when ``budgets`` names or is a distribution, and
@@ -220,7 +224,8 @@ def run_rpdp(split, *, output_dir: str,
                            float(settings["clip_norm"]), float(settings["learning_rate"]),
                            float(settings["privacy_free_batch"]), int(settings["eval_every"]),
                            int(settings["checkpoint_every"]), progress, estimator,
-                           dropout_cutoff=dropout_cutoff)
+                           dropout_cutoff=dropout_cutoff, client_execution=client_execution,
+                           parallel_clients=parallel_clients)
   config = dict(methods=list(methods), **{k: settings[k] for k in (
                     "rounds", "local_steps", "client_rate", "noise_multiplier",
                     "clip_norm", "learning_rate", "delta", "threat_model")},

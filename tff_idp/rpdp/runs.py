@@ -161,8 +161,14 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
         local_algorithm: str = "dp_sgd",
         class_groups: Optional[Mapping[int, str]] = None,
         restart: bool = False, audit: Optional[RecordAuditPlugin] = None,
-        dropout_cutoff: Optional[float] = None) -> list[dict]:
+        dropout_cutoff: Optional[float] = None, client_execution: str = "auto",
+        parallel_clients: Optional[int] = None) -> list[dict]:
   """Every method × seed; returns one summary row per method.
+
+  ``client_execution`` / ``parallel_clients``: where the clients' DP-SGD runs
+  (:func:`tff_idp.rpdp.client_work.build_rpdp_fedavg_process`; ``auto``: in
+  this process for models of ≥ 10,000 parameters). An audit's canary runs
+  always use TFF client work.
 
   ``budgets``: ``{client_id: ε array}``, one draw for every seed, or a
   function of the seed returning one (a fresh budget draw per seed): each
@@ -239,7 +245,8 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
       learning_rate=learning_rate, eval_every=eval_every, checkpoint_every=checkpoint_every,
       progress=progress, local_weight_fn=local_weight_fn, local_algorithm=local_algorithm,
       class_groups=class_groups, group_names=group_names, release_only=release_only,
-      audit=audit, run_kwargs=dict(
+      audit=audit, execution=dict(client_execution=client_execution,
+                                  parallel_clients=parallel_clients), run_kwargs=dict(
           fingerprint={"head": federation.head}, keras_builder=federation.keras_builder,
           insecure_reproducible_noise=insecure_reproducible_noise,
           release_only=release_only, eval_metrics=eval_metrics, restart=restart))
@@ -272,6 +279,7 @@ class _RecordRuns:
   group_names: list
   release_only: bool
   audit: Optional[RecordAuditPlugin]
+  execution: dict
   run_kwargs: dict
   processes: dict = dataclasses.field(default_factory=dict)
 
@@ -285,7 +293,8 @@ class _RecordRuns:
           server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
           local_steps=self.params.local_steps, noise_multiplier=plan.noise_multiplier,
           clip_norm=plan.clip_norm, loss_fn=models.per_example_loss(self.federation.head),
-          example_weight_fn=self.local_weight_fn if math.isfinite(plan.clip_norm) else None)
+          example_weight_fn=self.local_weight_fn if math.isfinite(plan.clip_norm) else None,
+          **self.execution)
     self.process = self.processes[key]
     self.hyperparameters = {"client_optimizer": "sgd",
                             "client_learning_rate": self.learning_rate,
