@@ -28,6 +28,8 @@ from tff_idp import models  # pylint: disable=g-import-not-at-top
 from tff_idp.idp_fedavg import in_process
 from tff_idp.idp_fedavg import process as process_lib
 
+from tests import tree_checks  # pylint: disable=g-bad-import-order
+
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 
 ATOL = 1e-5
@@ -68,15 +70,11 @@ def _build(model_fn, noise, execution, scale=False, parallel=None, **agg):
       client_execution=execution, parallel_clients=parallel)
 
 
-def _flat(tree):
-  return [np.asarray(v) for v in tf.nest.flatten(tree)]
+_flat = tree_checks.flat
 
 
 def _assert_close(a, b):
-  fa, fb = _flat(a), _flat(b)
-  assert len(fa) == len(fb)
-  for x, y in zip(fa, fb):
-    np.testing.assert_allclose(x, y, atol=ATOL, rtol=ATOL)
+  tree_checks.assert_trees_close(a, b, ATOL)
 
 
 def _rounds(tff_process, local_process, inputs_for, rounds):

@@ -18,6 +18,8 @@ from tff_idp.engine import in_process_round
 from tff_idp.rpdp import client_work
 from tff_idp.rpdp import in_process
 
+from tests import tree_checks  # pylint: disable=g-bad-import-order
+
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 
 ATOL = 1e-5
@@ -42,15 +44,8 @@ def _build(execution, parallel=None, steps=3, model_fn=MLP_FN, **kw):
       parallel_clients=parallel, **kw)
 
 
-def _flat(tree):
-  return [np.asarray(v) for v in tf.nest.flatten(tree)]
-
-
 def _assert_close(a, b):
-  fa, fb = _flat(a), _flat(b)
-  assert len(fa) == len(fb)
-  for x, y in zip(fa, fb):
-    np.testing.assert_allclose(x, y, atol=ATOL, rtol=ATOL)
+  tree_checks.assert_trees_close(a, b, ATOL)
 
 
 @pytest.mark.parametrize("parallel", [1, 2])

@@ -55,6 +55,27 @@ def num_trainable_parameters(model_fn: Callable[[], Any]) -> int:
     return int(sum(np.prod(v.shape) for v in model.trainable_variables))
 
 
+def resolve_for_model(requested: str, model_fn: Callable[[], Any], canaries: str,
+                      parallel_clients: Any) -> str:
+  """A builder's ``client_execution`` resolved and checked (the families' one preamble).
+
+  ``auto`` follows :func:`tff_idp.engine.client_execution.resolve_client_execution`
+  with the model's parameter count. ``canaries`` names the audit's canaries the
+  process carries ("" if none); they run as TFF client work only, so
+  ``"in_process"`` with canaries is refused. ``parallel_clients`` must be None
+  or a whole number ≥ 1.
+  """
+  execution = client_execution.resolve_client_execution(
+      requested, num_trainable_parameters(model_fn) if requested == "auto" else None,
+      canaries=bool(canaries))
+  if parallel_clients is not None:
+    client_execution.check_parallel_clients(parallel_clients)
+  if execution == "in_process" and canaries:
+    raise ValueError(f"client_execution='in_process' does not run {canaries}; build the "
+                     "audit process with client_execution='tff'.")
+  return execution
+
+
 def client_data_options() -> tf.data.Options:
   """``tf.data`` options for iterating a client's data in a client update (issue 23).
 

@@ -110,15 +110,10 @@ def build_idp_fedavg_process(
     parallel_clients: in-process only: clients trained at once, each on its
       own model copy (default :func:`tff_idp.idp_fedavg.in_process.default_parallel_clients`).
   """
-  client_execution = in_process.resolve_client_execution(
-      client_execution,
-      in_process_round.num_trainable_parameters(model_fn) if client_execution == "auto"
-      else None, canaries=canary_client_work is not None)
-  if parallel_clients is not None:
-    in_process.check_parallel_clients(parallel_clients)
-  if client_execution == "in_process" and canary_client_work is not None:
-    raise ValueError("client_execution='in_process' does not run the audit's canary "
-                     "clients; build the audit process with client_execution='tff'.")
+  client_execution = in_process_round.resolve_for_model(
+      client_execution, model_fn,
+      "the audit's canary clients" if canary_client_work is not None else "",
+      parallel_clients)
   process = _build_tff_process(
       model_fn, client_optimizer=client_optimizer, server_optimizer=server_optimizer,
       noise_multiplier=noise_multiplier,

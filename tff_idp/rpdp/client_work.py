@@ -147,15 +147,10 @@ def build_rpdp_fedavg_process(
   for the audit variant). ``parallel_clients``: in-process model copies
   (default: the core count, at most 4).
   """
-  execution = client_execution_lib.resolve_client_execution(
-      client_execution,
-      in_process_round.num_trainable_parameters(model_fn) if client_execution == "auto"
-      else None, canaries=record_replacement is not None)
-  if parallel_clients is not None:
-    client_execution_lib.check_parallel_clients(parallel_clients)
-  if execution == "in_process" and record_replacement is not None:
-    raise ValueError("client_execution='in_process' does not run the record-level audit's "
-                     "canaries; build the audit process with client_execution='tff'.")
+  execution = in_process_round.resolve_for_model(
+      client_execution, model_fn,
+      "the record-level audit's canaries" if record_replacement is not None else "",
+      parallel_clients)
   client_work = build_record_dp_client_work(
       model_fn, client_optimizer, local_steps=local_steps,
       noise_multiplier=noise_multiplier, clip_norm=clip_norm, loss_fn=loss_fn,
