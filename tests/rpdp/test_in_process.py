@@ -127,3 +127,15 @@ def test_client_update_matches_the_local_dp_sgd_function_directly():
   got, weight, got_stats = update((), initial, data)
   _assert_close(want, got)
   assert weight == 1.0 and got_stats["steps"] == stats["steps"].numpy() == 3
+
+
+def test_states_are_interchangeable_with_the_tff_process():
+  """A checkpoint of one execution resumes in the other (same state structure and values)."""
+  reference, local = _build("tff"), _build("in_process", parallel=1)
+  state = reference.initialize()
+  assert tf.nest.map_structure(lambda *_: None, state) == \
+      tf.nest.map_structure(lambda *_: None, local.initialize())
+  after_tff = reference.next(state, [_client(i, 0) for i in range(3)]).state
+  crossed = local.next(after_tff, [_client(i, 1) for i in range(3)]).state
+  straight = reference.next(after_tff, [_client(i, 1) for i in range(3)]).state
+  _assert_close(straight, crossed)
