@@ -22,10 +22,11 @@ CLIENT_EXECUTIONS = ("tff", "in_process")
 # Measured (issue 14, 2 cores): the paper's CNN (28,298 parameters) trains a
 # round 1.3-1.6x faster in process; the main job's logistic regression
 # (610 parameters, ~30 steps per client) was ~25% slower in process (0.24 vs
-# 0.19 s per round); issue 23 re-measured it at the same speed both ways
-# (benchmarks/bench_small_model_rounds.py), where per-step op dispatch, not
-# arithmetic, dominates and TFF's worker runs all the cohort's small client
-# computations at once.
+# 0.19 s per round), where per-step op dispatch, not arithmetic, dominates and
+# TFF's worker runs all the cohort's small client computations at once. Issue
+# 23 (client pipelines without tf.data's autotuner) measured the reverse over 3
+# passes, in process 1.16x faster (benchmarks/bench_small_model_rounds.py); the
+# threshold stays until a longer measurement (see docs/benchmarks.md).
 IN_PROCESS_MIN_PARAMETERS = 10_000
 
 
