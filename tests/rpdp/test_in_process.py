@@ -75,7 +75,7 @@ def test_empty_and_all_excluded_clients_have_weight_zero_as_in_tff():
   _assert_close(ref.metrics, out.metrics)
   assert out.metrics["client_work"]["train"]["participating_clients"] == 1.0
   update = local.client_updates[0]
-  _, weight, stats = update((), local.get_model_weights(state), _client(3, 1, n=0))
+  _, weight, stats = update(np.int64(1), local.get_model_weights(state), _client(3, 1, n=0))
   assert weight == 0.0 and stats["participating"] == 0.0 and stats["steps"] == 0
 
 
@@ -123,8 +123,8 @@ def test_client_update_matches_the_local_dp_sgd_function_directly():
                                      1.0)
   data = _client(1, 2, q=None)
   x, y, q, seed = client_work.collect_records(data)
-  want, stats = direct(initial, x, y, q, seed)
-  got, weight, got_stats = update((), initial, data)
+  want, stats = direct(initial, x, y, q, client_work.records.round_seed(seed, 4))
+  got, weight, got_stats = update(np.int64(4), initial, data)
   _assert_close(want, got)
   assert weight == 1.0 and got_stats["steps"] == stats["steps"].numpy() == 3
 
@@ -139,3 +139,25 @@ def test_states_are_interchangeable_with_the_tff_process():
   crossed = local.next(after_tff, [_client(i, 1) for i in range(3)]).state
   straight = reference.next(after_tff, [_client(i, 1) for i in range(3)]).state
   _assert_close(straight, crossed)
+
+
+def test_same_client_datasets_every_round_draw_fresh_noise_in_process():
+  """Privacy (issue 31 item 1), in-process execution: the round counter advances and is folded in.
+
+  Bug caught: an in-process round that does not advance the client work's
+  round counter (or ignores it), so the same datasets fed twice repeat the
+  noise bit for bit. q = 1e-3: the update is almost pure noise.
+  Deterministic given the seeds.
+  """
+  local = _build("in_process", parallel=1, steps=1)
+  data = [_client(i, 0, q=1e-3) for i in range(2)]
+  state = local.initialize()
+  first = local.next(state, data)
+  second = local.next(first.state, data)
+  assert first.state.client_work == 1 and second.state.client_work == 2
+  w0 = np.concatenate([np.ravel(w) for w in local.get_model_weights(state).trainable])
+  w1 = np.concatenate([np.ravel(w) for w in local.get_model_weights(first.state).trainable])
+  w2 = np.concatenate([np.ravel(w) for w in local.get_model_weights(second.state).trainable])
+  step1, step2 = w1 - w0, w2 - w1
+  assert np.linalg.norm(step1) > 0
+  assert np.linalg.norm(step1 - step2) > 0.5 * np.linalg.norm(step1)

@@ -128,7 +128,10 @@ class InProcessLearningProcess:
   ``get_hparams``, so states and checkpoints are interchangeable with it.
 
   ``client_updates`` holds one :class:`ClientUpdate` (its own model copy) per
-  client trained at once. Client ``i`` of a cohort always goes to copy
+  client trained at once; each is called with the client work's state as its
+  ``hparams``. ``next_client_work_state`` gives the client work's state after
+  a round, as the reference's client work ``next`` does (identity by default;
+  rPDP-FL advances its round counter). Client ``i`` of a cohort always goes to copy
   ``i mod k``, and each copy trains its clients in cohort order, one thread
   per copy: which copy trains which client never depends on timing, so a
   model with seeded stateful random ops (Dropout) draws the same masks in
@@ -136,12 +139,14 @@ class InProcessLearningProcess:
   """
 
   def __init__(self, reference: tff.learning.templates.LearningProcess,
-               client_updates: Sequence[ClientUpdate], server_step: tff.Computation):
+               client_updates: Sequence[ClientUpdate], server_step: tff.Computation,
+               next_client_work_state: Callable[[Any], Any] = lambda state: state):
     if not client_updates:
       raise ValueError("an in-process learning process needs at least one client update.")
     self.reference = reference
     self.client_updates = list(client_updates)
     self.server_step = server_step
+    self.next_client_work_state = next_client_work_state
     self.initialize = reference.initialize
     self.get_model_weights = reference.get_model_weights
     self.set_model_weights = reference.set_model_weights
@@ -181,7 +186,8 @@ class InProcessLearningProcess:
                            [r[2] for r in results])
     new_state = tff.learning.templates.LearningAlgorithmState(
         global_model_weights=out["new_weights"], distributor=state.distributor,
-        client_work=state.client_work, aggregator=out["aggregator_state"],
+        client_work=self.next_client_work_state(state.client_work),
+        aggregator=out["aggregator_state"],
         finalizer=out["finalizer_state"])
     measurements = collections.OrderedDict(
         distributor=(),

@@ -17,6 +17,11 @@ features and labels plus two fields (see :func:`record_dataset`):
   computation reads. In a simulation the driver derives it with the client's
   key from the run's secret (``tff_idp.engine.privacy_randomness``), which makes a
   run resumable from its checkpoint without making the noise predictable.
+
+The client work's state is the round counter (int64 at the server, public).
+It is broadcast every round and folded into each client's seed
+(:func:`tff_idp.rpdp.records.round_seed`), so a pipeline that feeds the same
+client datasets every round still gets fresh record sampling and noise.
 """
 from __future__ import annotations
 
@@ -72,7 +77,9 @@ def build_record_dp_client_work(
   The update weight is 1 for a client that took steps and 0 for one that had
   no records or only excluded ones, so padding clients never move the mean.
   Measurements are ``train/{loss, sampled_records, clipped_fraction,
-  mean_expected_batch, participating_clients}``.
+  mean_expected_batch, participating_clients}``. State: the round counter
+  (int64 at the server), folded into every client's seed each round (module
+  doc), so identical client datasets in two rounds still draw fresh noise.
   """
   with tf.Graph().as_default():
     model = model_fn()
@@ -81,18 +88,19 @@ def build_record_dp_client_work(
                                        with_canaries=record_replacement is not None)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
 
-  @tff.tensorflow.computation(weights_type, data_type)
-  def client_update(initial_weights, dataset):
+  @tff.tensorflow.computation(weights_type, data_type, np.int64)
+  def client_update(initial_weights, dataset, round_num):
     local_model = model_fn()
     update_fn = dp_sgd.build_local_dp_sgd(
         local_model, optimizer, local_steps, noise_multiplier, clip_norm, loss_fn,
         example_weight_fn, record_replacement=record_replacement)
     if record_replacement is None:
       x, y, q, seed = collect_records(dataset)
-      delta, stats = update_fn(initial_weights, x, y, q, seed)
+      delta, stats = update_fn(initial_weights, x, y, q, records.round_seed(seed, round_num))
     else:
       x, y, q, seed, canary_index = collect_records(dataset)
-      delta, stats = update_fn(initial_weights, x, y, q, seed, canary_index=canary_index)
+      delta, stats = update_fn(initial_weights, x, y, q, records.round_seed(seed, round_num),
+                               canary_index=canary_index)
     weight = tf.cast(stats["steps"] > 0, tf.float32)
     return (tff.learning.templates.ClientResult(update=delta, update_weight=weight),
             record_stats.client_stats(stats, weight))
@@ -100,19 +108,29 @@ def build_record_dp_client_work(
   stats_type = client_update.type_signature.result[1]
   finalize_stats = tff.tensorflow.computation(record_stats.finalize, stats_type)
 
+  @tff.tensorflow.computation
+  def initial_round():
+    return tf.constant(0, tf.int64)
+
+  @tff.tensorflow.computation(np.int64)
+  def next_round(round_num):
+    return round_num + 1
+
   @tff.federated_computation
   def init_fn():
-    return tff.federated_value((), tff.SERVER)
+    return tff.federated_eval(initial_round, tff.SERVER)
 
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(weights_type, tff.CLIENTS),
                              tff.FederatedType(data_type, tff.CLIENTS))
   def next_fn(state, weights, client_data):
-    result, stats = tff.federated_map(client_update, (weights, client_data))
+    round_at_clients = tff.federated_broadcast(state)
+    result, stats = tff.federated_map(client_update, (weights, client_data, round_at_clients))
     summed = tff.federated_sum(stats)
     measurements = tff.federated_zip(collections.OrderedDict(
         train=tff.federated_map(finalize_stats, summed)))
-    return tff.templates.MeasuredProcessOutput(state, result, measurements)
+    return tff.templates.MeasuredProcessOutput(tff.federated_map(next_round, state), result,
+                                               measurements)
 
   return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)
 
@@ -180,4 +198,5 @@ def build_rpdp_fedavg_process(
   server_step = in_process_round.build_server_step(
       aggregator, finalizer, updates[0].stats_type,
       record_stats.build_aggregate(updates[0].stats_type))
-  return in_process_round.InProcessLearningProcess(reference, updates, server_step)
+  return in_process_round.InProcessLearningProcess(
+      reference, updates, server_step, next_client_work_state=in_process.next_round)

@@ -30,6 +30,11 @@ from tff_idp.rpdp import record_stats
 from tff_idp.rpdp import records
 
 
+def next_round(round_num: Any) -> np.int64:
+  """The client work's next state: the round counter plus one (as its TFF ``next`` does)."""
+  return np.int64(round_num) + np.int64(1)
+
+
 class RecordDpClientUpdate:
   """One client's record-level DP-SGD in this process (module doc); one model copy.
 
@@ -37,8 +42,9 @@ class RecordDpClientUpdate:
   statistics)``: Δ = initial − final trainable weights as numpy arrays, the
   update weight 1 if the client took steps and 0 if it had no records or only
   excluded ones (so padding clients never move the mean), and the sums of
-  :mod:`tff_idp.rpdp.record_stats`. ``hparams`` (the client work's empty
-  state) is not used.
+  :mod:`tff_idp.rpdp.record_stats`. ``hparams`` is the client work's state,
+  the round counter: it is folded into the client's seed
+  (:func:`tff_idp.rpdp.records.round_seed`), as the TFF client work does.
   """
 
   def __init__(self, model_fn: Callable[[], tff.learning.models.VariableModel],
@@ -64,11 +70,10 @@ class RecordDpClientUpdate:
 
   def __call__(self, hparams: Any, initial_weights: Any, client_input: tf.data.Dataset
                ) -> tuple[Any, np.float32, Any]:
-    del hparams
     weights = tf.nest.pack_sequence_as(self._weights_spec, tf.nest.flatten(initial_weights))
     x, y, q, seed = records.collect_records_eagerly(client_input,
                                                     in_process_round.client_data_options())
-    delta, stats = self._update(weights, x, y, q, seed, None, None)
+    delta, stats = self._update(weights, x, y, q, records.round_seed(seed, hparams), None, None)
     weight = np.float32(stats["steps"].numpy() > 0)
     return (tf.nest.map_structure(lambda t: t.numpy(), delta), weight,
             tf.nest.map_structure(np.asarray, record_stats.client_stats(

@@ -13,10 +13,20 @@ features and labels plus two fields (:func:`record_dataset`):
 Both client executions read it: the TFF client work with
 :func:`collect_records` inside its computation, the in-process one with
 :func:`collect_records_eagerly`.
+
+**Fresh randomness every round, whatever the caller feeds** (issue 31). The
+seed in the data is never used as is: both executions fold the process's
+round counter (the client work's server state, broadcast to the clients)
+into it with :func:`round_seed`. A stock TFF loop that feeds the *same*
+client datasets every round (``tff.learning.programs.train_model``,
+``DatasetDataSource``) therefore still draws fresh record samples and fresh
+DP-SGD noise each round; identical noise in two rounds would cancel when the
+two updates are differenced.
 """
 from __future__ import annotations
 
 import collections
+import secrets
 from typing import Optional
 
 import numpy as np
@@ -40,14 +50,41 @@ def record_element_spec(input_spec, with_canaries: bool = False) -> collections.
   return spec
 
 
-def record_dataset(x: np.ndarray, y: np.ndarray, q: np.ndarray, seed: tuple[int, int],
+def secret_client_seed() -> tuple[int, int]:
+  """A fresh stateless seed from OS entropy (``secrets``): never derivable from a user's seed."""
+  return (secrets.randbits(63), secrets.randbits(63))
+
+
+def round_seed(seed: tf.Tensor, round_num: tf.Tensor) -> tf.Tensor:
+  """The seed a client draws with in one round: its data's seed with the round folded in.
+
+  ``stateless_fold_in(seed, round)``: distinct rounds give independent
+  streams even when ``seed`` repeats (module doc).
+  """
+  return tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64),
+                                                  tf.cast(round_num, tf.int64))
+
+
+def record_dataset(x: np.ndarray, y: np.ndarray, q: np.ndarray,
+                   seed: Optional[tuple[int, int]] = None,
                    batch_size: int = 512,
                    canary_index: Optional[np.ndarray] = None) -> tf.data.Dataset:
-  """One client's records with their rates and the round's seed, batched.
+  """One client's records with their rates and the client's secret seed, batched.
+
+  ``seed``: two integers, the client's secret (the toolkit's driver derives
+  one per client and round from the run's secret). ``None`` (default) draws
+  a fresh one from OS entropy. Either way the process folds its round
+  counter into it (module doc), so reusing the dataset in later rounds
+  never repeats the noise.
 
   ``canary_index`` (int32 [N], −1 = real record) adds the ``canary`` field of
   an audit process (module doc); without it the dataset is the plain one.
   """
+  if seed is None:
+    seed = secret_client_seed()
+  seed_array = np.asarray(seed)
+  if seed_array.shape != (2,) or not np.issubdtype(seed_array.dtype, np.integer):
+    raise ValueError(f"seed must be two integers (a stateless RNG seed) or None; got {seed!r}.")
   n = len(y)
   if not len(x) == len(q) == n:
     raise ValueError(f"x, y and q must have one row per record (got {len(x)}, {n}, {len(q)}).")
