@@ -19,5 +19,9 @@ class ToolkitValueError(TffIdpError, ValueError):
   """A bad argument or flag value; the message says which and what to change."""
 
 
+class ClientInputError(TffIdpError, TypeError):
+  """A client input a process cannot account for (e.g. SCALE data without its clip scale)."""
+
+
 class OutputDirError(TffIdpError, OSError):
   """An output directory that cannot be used (unwritable, or locked by another run)."""

@@ -163,19 +163,51 @@ def test_nonfinite_update_is_absent_and_counted():
   assert out.state["clip"] == pytest.approx(1.0)
 
 
-def test_clip_scale_outside_unit_interval_is_clamped_and_counted():
-  """A clip scale of 5 must not give sensitivity 5C (audit D4): it is clamped to 1."""
+@pytest.mark.parametrize("scale", [5.0, 20.0, np.inf, -2.0, np.nan, 1.5])
+def test_a_weight_outside_the_unit_interval_fails_the_round(scale):
+  """Privacy (issue 31 item 3): a weight that is not a clip scale in (0, 1] is refused loudly.
+
+  Bug caught: clamping it into [0, 1] silently (as before issue 31), which
+  let a stock weighted FedAvg's example-count weights pass as clip scales.
+  The error names the fixes (client_weighting=UNIFORM, unweighted()).
+  """
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.0, expected_clients_per_round=1, initial_clip=1.0, clip_learning_rate=0.0)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  with pytest.raises(Exception, match="client_weighting=tff.learning.ClientWeighting.UNIFORM"):
+    process.next(process.initialize(), [_value(0.0, [30, 40])], [scale])
+
+
+def test_valid_scales_and_absent_clients_pass():
+  """A scale in (0, 1] clips to s·C; weight 0 is accepted only with an all-zero update."""
   factory = aggregators.AdaptiveClipDPMeanFactory(
       0.0, expected_clients_per_round=1, initial_clip=1.0, clip_learning_rate=0.0)
   process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
   big = _value(0.0, [30, 40])  # norm 50
-  for scale, expected_norm in [(5.0, 1.0), (np.inf, 1.0), (-2.0, 0.0), (np.nan, 0.0),
-                               (0.5, 0.5)]:
+  for scale in (0.5, 1.0):
     out = process.next(process.initialize(), [big], [scale])
-    assert np.linalg.norm(out.result["b"]) == pytest.approx(expected_norm, abs=1e-6), scale
-    assert abs(out.measurements["unclipped_fraction"] - 0.5) <= expected_norm / 2 + 1e-6
-    invalid = out.measurements["diagnostics"]["invalid_clip_scales"]
-    assert invalid == (0.0 if scale == 0.5 else 1.0), scale
+    assert np.linalg.norm(out.result["b"]) == pytest.approx(scale, abs=1e-6)
+    assert out.measurements["diagnostics"]["invalid_clip_scales"] == 0.0
+  out = process.next(process.initialize(), [big, _value(0.0, [0, 0])], [1.0, 0.0])
+  assert out.measurements["diagnostics"]["num_clients"] == 1.0
+  with pytest.raises(Exception, match="clip scale"):
+    process.next(process.initialize(), [big], [0.0])
+
+
+def test_unweighted_factory_equals_the_weighted_one_at_weight_one():
+  """``factory.unweighted()`` is an UnweightedAggregationFactory with every weight 1."""
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.5, expected_clients_per_round=20, initial_clip=1.0, noise_seed=7)
+  unweighted = factory.unweighted()
+  assert isinstance(unweighted, tff.aggregators.UnweightedAggregationFactory)
+  weighted_process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  process = unweighted.create(VALUE_TYPE)
+  values = [_value(0.01, [3, 4]), _value(-0.02, [0.3, 0.4])]
+  want = weighted_process.next(weighted_process.initialize(), values, [1.0, 1.0])
+  got = process.next(process.initialize(), values)
+  np.testing.assert_array_equal(want.result["a"], got.result["a"])
+  np.testing.assert_array_equal(want.result["b"], got.result["b"])
+  assert want.state["clip"] == got.state["clip"]
 
 
 def test_expected_clip_scale_sum_is_checked():

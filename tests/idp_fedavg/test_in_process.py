@@ -115,6 +115,25 @@ def test_scale_rounds_equal_the_tff_rounds():
                      for d, s in zip(_datasets(4, r), scales)], 2)
 
 
+@pytest.mark.parametrize("execution", ["tff", "in_process"])
+def test_scale_refuses_clients_without_their_clip_scale(execution):
+  """Privacy (issue 31 item 2): SCALE never treats a plain dataset as clip scale 1.
+
+  Bug caught: the in-process path accepting plain datasets as scale 1 (as
+  before issue 31; the strict groups then spent more than the ledger
+  charged). The TFF path refuses them by type; the in-process path raises
+  ClientInputError naming scaled_client_data. A SCALE input to a non-SCALE
+  process is refused as well.
+  """
+  process = _build(MLP_FN, 0.5, execution, scale=True, parallel=1)
+  with pytest.raises(TypeError, match="scaled_client_data|type"):
+    process.next(process.initialize(), _datasets(2, 0))
+  plain = _build(MLP_FN, 0.5, execution, parallel=1)
+  with pytest.raises(TypeError):
+    plain.next(plain.initialize(),
+               [process_lib.scaled_client_data(d, 0.5) for d in _datasets(2, 0)])
+
+
 def _nan_client():
   return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
       x=np.full((4, 6), np.nan, np.float32), y=np.zeros(4, np.int32))).batch(4)

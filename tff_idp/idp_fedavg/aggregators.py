@@ -32,11 +32,19 @@ expected weight c_s = Σ_i q_i s_i (``expected_clip_scale_sum``, a constant
 fixed before sampling) keeps it an unbiased estimate of a fraction. Without
 SCALE every s_i = 1 and c_s = c.
 
-**Robustness.** A clip scale outside (0, 1] would raise the sensitivity
-above what was accounted; it is clamped into [0, 1] at the client (NaN → 0,
-which makes the client absent) and counted in ``diagnostics/invalid_clip_scales``.
-A non-finite update is treated as absent (it adds nothing to any sum) and
-counted in ``diagnostics/nonfinite_updates``. Un-noised counts live under
+**Robustness.** A client weight is read as a clip scale, and a scale
+outside (0, 1] would raise the sensitivity above what was accounted. Such a
+weight is a caller error (typically a stock ``build_weighted_fed_avg`` with
+its default example-count weighting, whose weight 20 would be read as clip
+scale 20): the round **fails** with an ``InvalidArgumentError`` whose message
+says to use ``client_weighting=UNIFORM``, :meth:`AdaptiveClipDPMeanFactory.unweighted`
+or ``scaled_client_data`` (issue 31; before, the scale was clamped into
+[0, 1] and only counted). The one weight 0 accepted is that of an absent
+client, whose update is all zero (TFF's client work zeroes a non-finite
+delta and gives it weight 0). ``diagnostics/invalid_clip_scales`` stays in
+the measurements for the metrics schema; it is always 0 in a round that
+completes. A non-finite update is treated as absent (it adds nothing to any
+sum) and counted in ``diagnostics/nonfinite_updates``. Un-noised counts live under
 ``measurements["diagnostics"]``: they are not covered by the DP guarantee.
 
 **Audit canaries** (``accept_canaries=True``, :mod:`tff_idp.audit.client_canaries`).
@@ -220,6 +228,43 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
         tff.federated_computation(lambda: tff.federated_eval(init_fn, tff.SERVER)),
         next_fn)
 
+  def unweighted(self) -> "UnweightedAdaptiveClipDPMeanFactory":
+    """This DP mean as an ``UnweightedAggregationFactory`` (every client at clip scale 1).
+
+    For stock ``tff.learning.algorithms.build_unweighted_fed_avg(...,
+    model_aggregator=factory.unweighted())`` and any other unweighted slot.
+    """
+    return UnweightedAdaptiveClipDPMeanFactory(self)
+
+
+class UnweightedAdaptiveClipDPMeanFactory(tff.aggregators.UnweightedAggregationFactory):
+  """:class:`AdaptiveClipDPMeanFactory` with every client's weight (clip scale) fixed to 1.
+
+  The process is the weighted one's, fed weight 1 for every client at the
+  clients: the same state, noise, clip update and measurements. SCALE's
+  per-client clip scales need the weighted factory.
+  """
+
+  def __init__(self, weighted: AdaptiveClipDPMeanFactory):
+    if not isinstance(weighted, AdaptiveClipDPMeanFactory):
+      raise TypeError(f"expected an AdaptiveClipDPMeanFactory, got {type(weighted).__name__}.")
+    self.weighted = weighted
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    inner = self.weighted.create(value_type, tff.TensorType(np.float32))
+
+    @tff.tensorflow.computation(value_type)
+    def unit_weight(value):
+      del value
+      return tf.constant(1.0, tf.float32)
+
+    @tff.federated_computation(inner.next.type_signature.parameter[0],
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      return inner.next(state, value, tff.federated_map(unit_weight, value))
+
+    return tff.templates.AggregationProcess(inner.initialize, next_fn)
+
 
 # Un-noised per-round counts (not covered by the DP guarantee).
 DIAGNOSTICS_TYPE = tff.StructWithPythonType(
@@ -231,12 +276,23 @@ CANARY_DIAGNOSTICS_TYPE = tff.StructWithPythonType(
     collections.OrderedDict)
 
 
+INVALID_WEIGHT_MESSAGE = (
+    "AdaptiveClipDPMeanFactory reads each client's update weight as its clip scale, "
+    "which must lie in (0, 1] (0 only for an absent client with an all-zero update); "
+    "a stock weighted FedAvg weights by example counts: build it with "
+    "client_weighting=tff.learning.ClientWeighting.UNIFORM, or use "
+    "build_unweighted_fed_avg(model_aggregator=factory.unweighted()), or give SCALE "
+    "clients their clip scale with tff_idp.scaled_client_data.")
+
+
 def clip_client_update(value, clip_scale, clip, accept_canaries: bool = False):
   """One client's contribution (Δ̃_i, b_i) and its diagnostic counts (plain TF).
 
   See the module docstring: the update is clipped to s_i·C and the centred
   clip bit is scaled by s_i, so the pair's sensitivity is s_i·(C, 1/2). A
-  scale outside [0, 1] is clamped (NaN → 0); a non-finite update is absent.
+  scale outside (0, 1] fails the round (``INVALID_WEIGHT_MESSAGE``), except
+  weight 0 with an all-zero update (an absent client); a non-finite update
+  is absent.
   With ``accept_canaries``, a weight >= ``CANARY_WEIGHT_OFFSET`` is a canary:
   clipped the same way, but with no clip bit and not counted as a client.
   """
@@ -246,7 +302,15 @@ def clip_client_update(value, clip_scale, clip, accept_canaries: bool = False):
   if accept_canaries:
     is_canary = raw_scale >= CANARY_WEIGHT_OFFSET
     raw_scale = tf.where(is_canary, raw_scale - CANARY_WEIGHT_OFFSET, raw_scale)
-  scale_is_valid = tf.logical_and(raw_scale > 0.0, raw_scale <= 1.0)
+  all_zero = tf.reduce_all([tf.reduce_all(tf.equal(v, 0)) for v in leaves])
+  in_unit_interval = tf.logical_and(raw_scale > 0.0, raw_scale <= 1.0)
+  absent = tf.logical_and(tf.equal(raw_scale, 0.0), all_zero)
+  check = tf.debugging.Assert(
+      tf.logical_or(in_unit_interval, absent),
+      [INVALID_WEIGHT_MESSAGE, "weight:", raw_scale])
+  with tf.control_dependencies([check]):
+    raw_scale = tf.identity(raw_scale)
+  scale_is_valid = tf.logical_or(in_unit_interval, absent)
   scale = tf.clip_by_value(tf.where(tf.math.is_nan(raw_scale), 0.0, raw_scale), 0.0, 1.0)
   finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in leaves])
   norm = tf.where(finite, tf.linalg.global_norm(

@@ -33,6 +33,7 @@ from tensorflow_federated.python.learning import tensor_utils
 
 from tff_idp.engine import client_execution
 from tff_idp.engine import in_process_round
+from tff_idp.errors import ClientInputError
 from tff_idp.engine.in_process_round import InProcessLearningProcess  # noqa: F401 (re-export)
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
@@ -49,12 +50,18 @@ class ModelDeltaClientUpdate:
   return the model delta. ``weighting`` is TFF's ``ClientWeighting``
   (``UNIFORM``: weight 1, ``NUM_EXAMPLES``: the examples seen); a client whose
   delta has a non-finite entry returns zeros with weight 0 and no metrics, as
-  in TFF. SCALE's client input ``OrderedDict(data=..., clip_scale=...)`` gets
-  its clip scale as the update weight (as ``build_scaled_client_work``).
+  in TFF. With ``clip_scale=True`` (SCALE) the client input must be
+  ``OrderedDict(data=..., clip_scale=...)`` (``scaled_client_data``) and its
+  clip scale is the update weight (as ``build_scaled_client_work``); any
+  other input is refused with :class:`~tff_idp.errors.ClientInputError`, as
+  the TFF path refuses it (issue 31: a plain dataset used to pass as scale 1,
+  so the strict groups spent more than the ledger charged). Without it, a
+  SCALE input is refused too.
   """
 
   def __init__(self, model_fn: ModelFn, optimizer: tff.learning.optimizers.Optimizer,
-               weighting: tff.learning.ClientWeighting):
+               weighting: tff.learning.ClientWeighting, clip_scale: bool = False):
+    self._clip_scale = bool(clip_scale)
     self._model = model_fn()
     self._optimizer = optimizer
     self._weighting = weighting
@@ -104,7 +111,18 @@ class ModelDeltaClientUpdate:
     """(Δ as numpy arrays, update weight, unfinalized metrics) for one client."""
     hparams = tf.nest.map_structure(tf.convert_to_tensor, hparams)
     initial_weights = tf.nest.map_structure(tf.convert_to_tensor, initial_weights)
-    if isinstance(client_input, Mapping):  # SCALE: OrderedDict(data=..., clip_scale=...)
+    is_scaled = isinstance(client_input, Mapping) and set(client_input) == {DATA_KEY, SCALE_KEY}
+    if self._clip_scale and not is_scaled:
+      raise ClientInputError(
+          "this SCALE process (per_client_clip_scale=True) needs every client's input "
+          "wrapped with its clip scale: tff_idp.scaled_client_data(dataset, clip_scale); got "
+          f"{type(client_input).__name__}.")
+    if not self._clip_scale and not isinstance(client_input, tf.data.Dataset):
+      raise ClientInputError(
+          "this process takes each client's tf.data.Dataset as is; got "
+          f"{type(client_input).__name__} (scaled_client_data is for per_client_clip_scale="
+          "True only).")
+    if is_scaled:  # SCALE: OrderedDict(data=..., clip_scale=...)
       delta, _, metrics = self._update(hparams, initial_weights, client_input[DATA_KEY])
       weight = np.float32(_single_value(client_input[SCALE_KEY]))
     else:

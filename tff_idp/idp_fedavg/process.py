@@ -128,7 +128,8 @@ def build_idp_fedavg_process(
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn)
   copies = parallel_clients or in_process.default_parallel_clients()
-  client_updates = [in_process.ModelDeltaClientUpdate(model_fn, client_optimizer, weighting)
+  client_updates = [in_process.ModelDeltaClientUpdate(model_fn, client_optimizer, weighting,
+                                                     clip_scale=per_client_clip_scale)
                     for _ in range(copies)]
   server_step = in_process.build_server_step(
       factory.create(weights_type.trainable, tff.TensorType(np.float32)),
