@@ -14,19 +14,38 @@ pytestmark = pytest.mark.usefixtures("tff_runtime")
 
 C = 0.1
 EPS = [0.05, 0.5, 1.0]
-VALUE_TYPE = tff.to_type(collections.OrderedDict(
-    kernel=tff.TensorType(np.float32, [4, 3]), bias=tff.TensorType(np.float32, [3])))
+REPORT_TYPE = collections.OrderedDict(
+    kernel=tff.TensorType(np.float32, [4, 3]), bias=tff.TensorType(np.float32, [3]))
+VALUE_TYPE = tff.to_type(collections.OrderedDict(ldp_report=REPORT_TYPE))
 D = 15
 
 
 def _reports(n, rng):
-  return [collections.OrderedDict(
+  return [collections.OrderedDict(ldp_report=collections.OrderedDict(
       kernel=rng.uniform(-C, C, (4, 3)).astype(np.float32),
-      bias=rng.uniform(-C, C, 3).astype(np.float32)) for _ in range(n)]
+      bias=rng.uniform(-C, C, 3).astype(np.float32))) for _ in range(n)]
 
 
 def _flat(value):
+  value = value.get("ldp_report", value)
   return np.concatenate([np.ravel(value["kernel"]), np.ravel(value["bias"])])
+
+
+@pytest.mark.parametrize("debias", [True, False])
+def test_plain_model_deltas_are_refused_at_creation(debias):
+  """Privacy (issue 31 item 4): the analyzer never runs on unrandomized deltas.
+
+  Bug caught: a factory that accepts any value structure, so a stock
+  ``build_unweighted_fed_avg(model_aggregator=...)`` trains with no local
+  randomizer (no privacy) and a de-bias that inflates the step.
+  """
+  factory = (aggregator.ShuffledPersonalizedMeanFactory(C, EPS) if debias
+             else aggregator.plain_mean_factory())
+  for plain in (tff.to_type(REPORT_TYPE),
+                tff.to_type([tff.TensorType(np.float32, [4, 3]), tff.TensorType(np.float32, [3])]),
+                tff.TensorType(np.float32, [3])):
+    with pytest.raises(ToolkitValueError, match="build_apes_process"):
+      factory.create(plain)
 
 
 def test_type_signatures():
@@ -46,8 +65,8 @@ def test_debiased_mean_matches_the_reference():
   # Reports around a biased mean: realistic Clip-Laplace averages are small.
   reports = _reports(6, rng)
   for r in reports:
-    r["kernel"] *= 0.1
-    r["bias"] *= 0.1
+    r["ldp_report"]["kernel"] *= 0.1
+    r["ldp_report"]["bias"] *= 0.1
   process = aggregator.ShuffledPersonalizedMeanFactory(C, EPS).create(VALUE_TYPE)
   out = process.next(process.initialize(), reports)
   mean = np.mean([_flat(r) for r in reports], axis=0)
@@ -62,7 +81,7 @@ def test_calibration_vector_through_the_aggregator():
   process = aggregator.ShuffledPersonalizedMeanFactory(C, EPS).create(VALUE_TYPE)
   value = collections.OrderedDict(kernel=np.full((4, 3), 0.0056392044, np.float32),
                                   bias=np.array([-0.0056392044, 0.0, 1.0], np.float32))
-  out = process.next(process.initialize(), [value, value])
+  out = process.next(process.initialize(), [aggregator.as_report(value)] * 2)
   np.testing.assert_allclose(out.result["kernel"], 0.05, atol=1e-6)
   np.testing.assert_allclose(out.result["bias"], [-0.05, 0.0, C], atol=1e-6)
   assert out.measurements["clamped_fraction"] == pytest.approx(1 / D)
@@ -72,7 +91,7 @@ def test_out_of_range_means_clamp_without_sign_flip():
   process = aggregator.ShuffledPersonalizedMeanFactory(C, EPS).create(VALUE_TYPE)
   low = collections.OrderedDict(kernel=np.full((4, 3), -C, np.float32),
                                 bias=np.full(3, -C, np.float32))
-  out = process.next(process.initialize(), [low])
+  out = process.next(process.initialize(), [aggregator.as_report(low)])
   np.testing.assert_allclose(_flat(out.result), -C)
   assert out.measurements["clamped_fraction"] == 1.0
 
@@ -105,8 +124,8 @@ def test_sparse_modes_on_values():
   eps = [2.5, 5.0, 10.0]  # per-coordinate 0.5, 1, 2
   reports = _reports(4, rng)
   for r in reports:
-    r["kernel"] *= 0.05
-    r["bias"] *= 0.05
+    r["ldp_report"]["kernel"] *= 0.05
+    r["ldp_report"]["bias"] *= 0.05
   mean = np.mean([_flat(r) for r in reports], axis=0)
   rescale = aggregator.ShuffledPersonalizedMeanFactory(
       C, eps, keep=keep, sparse_debias="rescale").create(VALUE_TYPE)
@@ -145,4 +164,5 @@ def test_errors():
   with pytest.raises(ToolkitValueError, match="num_reports"):
     factory(C, EPS, num_reports=0)
   with pytest.raises(ToolkitValueError, match="float32"):
-    factory(C, EPS).create(tff.TensorType(np.int32, [3]))
+    factory(C, EPS).create(tff.to_type(collections.OrderedDict(
+        ldp_report=tff.TensorType(np.int32, [3]))))

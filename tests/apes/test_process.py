@@ -58,7 +58,7 @@ def _client_reports(mechanism, inputs, round_num=0, **kwargs):
   weights = tff.learning.models.ModelWeights.from_model(MODEL_FN())
   out = work.next(np.int64(round_num), [weights] * len(inputs), inputs)
   assert out.state == round_num + 1
-  return [_flat(r.update) for r in out.result]
+  return [_flat(r.update["ldp_report"]) for r in out.result]
 
 
 def _global_weights():
@@ -70,7 +70,7 @@ def test_client_work_signature_sends_only_the_report():
                                client_optimizer=tff.learning.optimizers.build_sgdm(1.0))
   result = work.next.type_signature.result
   assert str(result.result) == (
-      "{<update=<float32[6,3],float32[3]>,update_weight=float32>}@CLIENTS")
+      "{<update=<ldp_report=<float32[6,3],float32[3]>>,update_weight=float32>}@CLIENTS")
   assert str(result.measurements) == "<>@SERVER"   # no unrandomized training metrics
   assert str(result.state) == "int64@SERVER"
   assert str(work.next.type_signature.parameter[2]) == (
@@ -106,14 +106,14 @@ def test_only_randomized_reports_reach_the_server(mechanism):
                         "federated_secure_sum_bitwidth", "federated_secure_modular_sum",
                         "federated_min", "federated_max", "federated_select")]
   assert sorted(uploads) == sorted([
-      ("federated_sum", "{<float32[6,3],float32[3]>}@CLIENTS"),
+      ("federated_sum", "{<ldp_report=<float32[6,3],float32[3]>>}@CLIENTS"),
       ("federated_sum", "{int32}@CLIENTS")])
   readers = [arg for uri, arg in calls
              if uri == "federated_map" and "privacy=" in str(arg.type_signature)]
   assert len(readers) == 1
   client_fn = readers[0][0]
   assert str(client_fn.type_signature.result) == (
-      "<update=<float32[6,3],float32[3]>,update_weight=float32>")
+      "<update=<ldp_report=<float32[6,3],float32[3]>>,update_weight=float32>")
   assert b"StatelessRandomUniform" in client_fn.proto.SerializeToString()
 
 

@@ -37,6 +37,15 @@ shuffled ε list to the analyzer). It is given at construction: the paper's
 setting is a fixed population with full participation. With partial
 participation the population multiset stands in for the round's.
 
+**Only randomized reports.** The factory takes the value structure the APES
+client work emits, ``OrderedDict(ldp_report=<report>)``
+(:func:`tff_idp.apes.client_work.as_report`), and returns the de-biased mean
+of the reports with the report's own structure. Anything else (a stock
+FedAvg's plain model deltas, which carry no local randomizer at all and
+whose "de-bias" would inflate the step about 3×) is refused by ``create``
+with a line naming ``build_ldp_client_work`` / ``build_apes_process``
+(issue 31).
+
 State: ``()`` without de-bias, otherwise ``OrderedDict(grid_u, grid_values)``
 (float32 [points]) computed by ``initialize`` and never changed.
 Measurements: ``reports`` (int32, the number of reports received),
@@ -52,9 +61,12 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+# TFF 0.87 has no public accessor for a struct type's field names.
+from tensorflow_federated.python.common_libs import structure
 
 from tff_idp.errors import ToolkitValueError
 from tff_idp.apes import clip_laplace, debias as debias_lib
+from tff_idp.apes.client_work import REPORT_KEY, as_report  # noqa: F401 (re-export)
 
 
 class ShuffledPersonalizedMeanFactory(tff.aggregators.UnweightedAggregationFactory):
@@ -110,7 +122,8 @@ class ShuffledPersonalizedMeanFactory(tff.aggregators.UnweightedAggregationFacto
     self.grid_points = int(grid_points)
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
-    specs = tf.nest.flatten(tff.types.type_to_tf_tensor_specs(value_type))
+    report_type = report_type_of(value_type)
+    specs = tf.nest.flatten(tff.types.type_to_tf_tensor_specs(report_type))
     for spec in specs:
       if spec.dtype != tf.float32 or not spec.shape.is_fully_defined():
         raise ToolkitValueError(
@@ -144,7 +157,8 @@ class ShuffledPersonalizedMeanFactory(tff.aggregators.UnweightedAggregationFacto
         n = tf.cast(reports, tf.float32)
       else:
         n = tf.constant(float(static_n), tf.float32)
-      leaves = tf.nest.flatten(value_sum)
+      report_sum = value_sum[REPORT_KEY]
+      leaves = tf.nest.flatten(report_sum)
       means = [tf.math.divide_no_nan(v, n) for v in leaves]
       clamped = tf.constant(0.0, tf.float32)
       if do_debias:
@@ -157,7 +171,7 @@ class ShuffledPersonalizedMeanFactory(tff.aggregators.UnweightedAggregationFacto
       means = [tf.where(reports > 0, m, tf.zeros_like(m)) for m in means]
       measurements = collections.OrderedDict(
           reports=reports, normalizer=n, clamped_fraction=clamped)
-      return tf.nest.pack_sequence_as(value_sum, means), measurements
+      return tf.nest.pack_sequence_as(report_sum, means), measurements
 
     @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
                                tff.FederatedType(value_type, tff.CLIENTS))
@@ -171,6 +185,20 @@ class ShuffledPersonalizedMeanFactory(tff.aggregators.UnweightedAggregationFacto
     return tff.templates.AggregationProcess(
         tff.federated_computation(lambda: tff.federated_eval(init_fn, tff.SERVER)),
         next_fn)
+
+
+def report_type_of(value_type) -> tff.types.Type:
+  """The report type inside ``value_type``, which must be ``<ldp_report=...>`` (module doc)."""
+  names = (structure.name_list(value_type) if isinstance(value_type, tff.StructType)
+           else None)
+  if names != [REPORT_KEY]:
+    raise ToolkitValueError(
+        "ShuffledPersonalizedMeanFactory takes only the randomized reports of the APES "
+        "client work (value <ldp_report=...>), not plain model deltas, which carry no local "
+        "randomizer: build the process with tff_idp.build_apes_process, or pair the factory "
+        "with tff_idp.build_ldp_client_work in compose_learning_process; got value type "
+        f"{value_type}.")
+  return value_type[REPORT_KEY]
 
 
 def plain_mean_factory(num_reports: Optional[int] = None) -> ShuffledPersonalizedMeanFactory:

@@ -29,8 +29,8 @@ with a real proximal term toward the round's global model: fixes D5 of the
 notes, where the reference's PGD regularized toward 0). In the *same* TF
 computation its delta is flattened to d coordinates, randomized with the
 client's ε and seed, and unflattened. The only value the client work
-returns is that randomized report (``ClientResult.update``; the weight is a
-constant 1). The local training metrics (loss, accuracy, example counts)
+returns is that randomized report (``ClientResult.update``, as the one field
+``ldp_report`` that the APES aggregator requires; the weight is a constant 1). The local training metrics (loss, accuracy, example counts)
 are dropped at the client, because they are not randomized: the client
 work's measurements are empty, unlike TFF's FedProx, whose
 ``sum_then_finalize`` would send them to the server.
@@ -70,6 +70,15 @@ MECHANISMS = ("none", "clip_laplace", "sparse_clip_laplace", "sparse_clip_laplac
 SPARSE_SELECTION = {"sparse_clip_laplace": "random", "sparse_clip_laplace_top_b": "top_b"}
 DATA_KEY = "data"
 PRIVACY_KEY = "privacy"
+# The one field of the client work's update: the randomized report. The APES
+# aggregator accepts only values with this field, so it cannot be dropped
+# onto plain (unrandomized) model deltas (issue 31).
+REPORT_KEY = "ldp_report"
+
+
+def as_report(update) -> collections.OrderedDict:
+  """``OrderedDict(ldp_report=update)``: the structure the client work emits and the aggregator takes."""
+  return collections.OrderedDict([(REPORT_KEY, update)])
 
 
 def check_mechanism(mechanism: str) -> str:
@@ -183,8 +192,10 @@ def build_ldp_client_work(
     local_epochs: passes over the client's dataset per round.
 
   State: ``round`` (int64 at the server). Result: ``ClientResult(update=
-  <randomized report>, update_weight=1.0)`` at the clients. Measurements:
-  ``()`` (nothing unrandomized leaves a client).
+  OrderedDict(ldp_report=<randomized report>), update_weight=1.0)`` at the
+  clients (the ``ldp_report`` field marks what
+  :class:`~tff_idp.apes.aggregator.ShuffledPersonalizedMeanFactory` accepts).
+  Measurements: ``()`` (nothing unrandomized leaves a client).
   """
   check_mechanism(mechanism)
   if mechanism != "none":
@@ -229,7 +240,7 @@ def build_ldp_client_work(
     report = randomize(result.update, mechanism, epsilon,
                        clip_laplace.round_seed(seed, round_num), clip=clip, keep=keep)
     return tff.learning.templates.ClientResult(
-        update=report, update_weight=tf.constant(1.0, tf.float32))
+        update=as_report(report), update_weight=tf.constant(1.0, tf.float32))
 
   @tff.tensorflow.computation
   def initial_round():

@@ -130,7 +130,8 @@ def build_apes_process(
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
   aggregator = tff.aggregators.as_weighted_aggregator(factory).create(
-      weights_type.trainable, tff.TensorType(np.float32))
+      client_work.next.type_signature.result.result.member.update,
+      tff.TensorType(np.float32))
   server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate)
   return tff.learning.templates.compose_learning_process(
       initial_model_weights_fn,
