@@ -116,6 +116,39 @@ def test_rpdp_audit_canaries_report_bound_and_empirical_epsilon(tmp_path):
 
 
 @pytest.mark.slow
+def test_release_only_by_class_run_reveals_no_record_budgets(tmp_path):
+  """Privacy (issue 31 item 5): the release holds no per-record budget.
+
+  The issue's reproduction: under by_class each record's budget is its
+  label's, and summary.json used to list the first 5,000 records' budgets
+  in client order. Now it holds only a histogram on fixed bins with every
+  cell below the minimum count withheld, and --release_only writes no
+  record_plan.csv. Bug caught: any list of per-record budgets in the
+  summary (no list of > 30 numbers may appear) or the plan file written.
+  """
+  proc = _run(["--distribution=by_class", "--class_budgets=0-4:0.5,5-9:2", "--release_only",
+               "--rounds=1", "--seeds=0", "--methods=ours", "--num_clients=5",
+               "--users_per_silo=3", "--local_steps=1", "--eval_every=1"], tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert not list(tmp_path.glob("record_plan*.csv"))
+  summary = json.load(open(tmp_path / "summary.json"))
+  row = summary["results"][0]
+  assert "budget_sample" not in row
+  hist = row["budget_histogram"]
+  assert all(c is None or c >= hist["min_cell_count"] for c in hist["counts"])
+  counted = [c for c in hist["counts"] if c is not None]
+  assert counted and sum(counted) > 0
+
+  def longest_list(value):
+    if isinstance(value, dict):
+      return max([0] + [longest_list(v) for v in value.values()])
+    if isinstance(value, list):
+      return max([len(value)] + [longest_list(v) for v in value])
+    return 0
+  assert longest_list(summary) <= 30
+
+
+@pytest.mark.slow
 def test_rpdp_by_class_budgets_report_per_group_utility(tmp_path):
   """Budgets follow the label (classes 0-4 at ε 0.5, 5-9 at ε 5) with INO-SGD."""
   proc = _run(["--num_clients=4", "--users_per_silo=3", "--rounds=2", "--local_steps=2",

@@ -143,12 +143,17 @@ def plot(results: list[dict], out: str) -> None:
   with report.figure(out, 2, figsize=(11, 4.2)) as (ax0, ax1):
     report.plot_histories(ax0, [(r["method"], r["history"]) for r in results],
                           ylabel="test accuracy (first seed)")
-    budgets = results[0]["budget_sample"]
-    ax1.hist(budgets, bins=np.geomspace(max(min(budgets), 1e-3), max(budgets) * 1.01, 40))
+    hist = results[0]["budget_histogram"]
+    edges = np.asarray(hist["edges"], float)
+    counts = np.asarray([0 if c is None else c for c in hist["counts"]], float)
+    shown = counts > 0
+    if np.any(shown):
+      ax1.bar(edges[:-1][shown], counts[shown], width=np.diff(edges)[shown], align="edge",
+              edgecolor="white")
     ax1.set_xscale("log")
     ax1.set_xlabel("ε_ij")
     ax1.set_ylabel("records")
-    ax1.set_title("privacy preferences")
+    ax1.set_title(f"privacy preferences (cells < {hist['min_cell_count']} records hidden)")
 
 
 def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
@@ -227,7 +232,10 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
                                          privacy_free_batch, estimator,
                                          dropout_cutoff=dropout_cutoff)
         for m in methods}
-  if callable(budgets):
+  # The per-record plan holds personal budgets: a diagnostic, not part of a release.
+  if release_only:
+    pass
+  elif callable(budgets):
     for s in seeds:
       write_record_plan(plans_by_seed[s], params, output_dir,
                         file_name=f"record_plan_seed{s}.csv")
@@ -361,7 +369,34 @@ class _RecordRuns:
         "mean_budget_used_vs_own": usage("budget_used_mean_vs_own"),
         "mean_budget": float(np.mean(flat_budgets)) if spent is not None else None,
         "calibration": plan.calibration, "history": results[0].history,
-        "budget_sample": flat_budgets[:5000].tolist(), **groups, **audited}
+        "budget_histogram": budget_histogram(flat_budgets), **groups, **audited}
+
+
+# Fixed, data-independent bin edges for the released budget histogram: four per decade.
+BUDGET_HISTOGRAM_EDGES = tuple(float(e) for e in np.round(np.logspace(-3, 3, 25), 6))
+MIN_CELL_COUNT = 20
+
+
+def budget_histogram(budgets: np.ndarray, min_cell_count: int = MIN_CELL_COUNT) -> dict:
+  """The records' budgets as a release-safe aggregate (issue 31 item 5).
+
+  Per-record budgets are personal (under ``by_class`` a record's budget is
+  its label's), so ``summary.json`` gets no per-record values: only counts
+  over fixed, data-independent log bins (:data:`BUDGET_HISTOGRAM_EDGES`;
+  budgets outside them fall in ``below``/``above``), and every count below
+  ``min_cell_count`` is withheld (``None``). The per-record plan
+  (``record_plan.csv``) is a diagnostic (docs/privacy.md).
+  """
+  budgets = np.asarray(budgets, float).ravel()
+  edges = np.asarray(BUDGET_HISTOGRAM_EDGES)
+  finite = budgets[np.isfinite(budgets)]
+  counts, _ = np.histogram(finite, bins=edges)
+  def cell(n):
+    return int(n) if n >= min_cell_count else None
+  return {"edges": list(BUDGET_HISTOGRAM_EDGES), "counts": [cell(n) for n in counts],
+          "below": cell(np.sum(finite < edges[0])), "above": cell(np.sum(finite > edges[-1])),
+          "unbounded": cell(np.sum(~np.isfinite(budgets))),
+          "min_cell_count": int(min_cell_count)}
 
 
 RECORD_PLAN_FILE = "record_plan.csv"
