@@ -129,3 +129,47 @@ def test_cli_does_not_import_tensorflow():
   assert proc.returncode == 0, proc.stderr
   assert json.loads(proc.stdout)["sampling_rates"][0] == pytest.approx(0.05, rel=1e-3)
 
+
+
+def _printed_calibration(stdout):
+  """(σ, [q_p]) exactly as the table prints them (text a user would copy)."""
+  lines = stdout.splitlines()
+  sigma = next(l.split()[-1] for l in lines if l.startswith("noise multiplier σ"))
+  rates = [l.split()[3] for l in lines if l.strip()[:1].isdigit() and len(l.split()) == 5]
+  return sigma, rates
+
+
+@pytest.mark.parametrize("args, rounds, delta, targets", [
+    (FMNIST_ARGS, 420, 1e-4, [1.0, 2.0, 3.0]),
+    (["--epsilons=0.5,1,8", "--ratios=0.2,0.5,0.3", "--num_clients=725",
+      "--clients_per_round=20", "--rounds=200", "--delta=1e-5"], 200, 1e-5, [0.5, 1.0, 8.0]),
+])
+def test_printed_values_copied_by_hand_stay_within_budget(args, rounds, delta, targets):
+  """Privacy (issue 31 item 6): ε recomputed from the *printed text* never exceeds the target.
+
+  Bug caught: rates printed rounded to nearest (group 0's q = 0.050898 gave
+  ε = 1.0000053 > 1) or σ rounded down. Recomputed with a fresh
+  dp-accounting RDP accountant from the copied strings.
+  """
+  proc = run_cli(*args)
+  assert proc.returncode == 0, proc.stderr
+  sigma, rates = _printed_calibration(proc.stdout)
+  assert len(rates) == len(targets)
+  assert "rounded up" in proc.stdout and "q down" in proc.stdout
+  for q, target in zip(rates, targets):
+    assert dp_epsilon(float(q), float(sigma), rounds, delta) <= target, (q, sigma)
+
+
+def test_round_toward_is_directed_and_tight():
+  from tff_idp.idp_fedavg import calibrate  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  for x in np.concatenate([rng.uniform(1e-6, 1, 200), rng.uniform(1, 50, 50), [0.0508985]]):
+    down = float(calibrate.round_toward(float(x), 7, "down"))
+    up = float(calibrate.round_toward(float(x), 7, "up"))
+    assert down <= x <= up
+    assert x - down <= 1e-6 * x and up - x <= 1e-6 * x
+  # The float nearest 0.0508989 lies just below it: rounding down must not print it.
+  assert calibrate.round_toward(0.0508989, 6, "down") == "0.0508988"
+  assert calibrate.round_toward(0.375, 6, "down") == "0.375000"
+  assert calibrate.round_toward(0.0508989, 3, "down") == "0.0508"
+  assert calibrate.round_toward(1.23456, 3, "up") == "1.24"

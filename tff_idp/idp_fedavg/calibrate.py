@@ -6,7 +6,9 @@ Example:
 """
 from __future__ import annotations
 
+import decimal
 import json
+import math
 import sys
 import time
 
@@ -42,19 +44,45 @@ def _parse_floats(values: list[str], name: str) -> list[float]:
     raise ValueError(f"--{name} must be a comma-separated list of numbers: {e}") from None
 
 
+PRINTED_DIGITS = 7  # significant digits of the printed σ and q
+
+
+def round_toward(value: float, digits: int, direction: str) -> str:
+  """``value`` to ``digits`` significant digits, rounded *down* or *up* (never to nearest).
+
+  Exact (``decimal`` on the float's binary value), so the printed text is on
+  the safe side of the value: a copied rate is never above the calibrated
+  one, a copied σ never below it (issue 31 item 6: q = 0.0508985 printed as
+  0.050898 rounded to nearest... or up, gave ε 1.0000053 > 1).
+  """
+  if not math.isfinite(value) or value == 0:
+    return repr(float(value))
+  number = decimal.Decimal(value)
+  exponent = number.adjusted() - (digits - 1)
+  rounding = decimal.ROUND_FLOOR if direction == "down" else decimal.ROUND_CEILING
+  text = str(number.quantize(decimal.Decimal(1).scaleb(exponent), rounding=rounding))
+  if "E" in text:
+    text = format(decimal.Decimal(text), "f")
+  return text
+
+
 def format_table(cal: sample.GroupCalibration) -> str:
+  """The calibration as text; σ rounded up, rates down, achieved ε up (safe to copy)."""
   lines = [
       f"accountant            {cal.accountant}",
-      f"noise multiplier σ    {cal.noise_multiplier:.6f}",
+      f"noise multiplier σ    {round_toward(cal.noise_multiplier, PRINTED_DIGITS, 'up')}",
       f"rounds, δ             {cal.rounds}, {cal.delta:g}",
       f"expected clients/rnd  {cal.expected_clients_per_round:.3f} "
       f"(target {cal.target_clients_per_round:g} of N={cal.num_clients})",
       "",
-      f"{'group':>5} {'ε target':>9} {'clients':>8} {'q':>11} {'ε achieved':>11}",
+      f"{'group':>5} {'ε target':>9} {'clients':>8} {'q':>13} {'ε achieved':>11}",
   ]
   for p, (e, n, q, a) in enumerate(zip(cal.target_epsilons, cal.group_sizes,
                                        cal.sampling_rates, cal.achieved_epsilons)):
-    lines.append(f"{p:>5} {e:>9g} {n:>8d} {q:>11.6f} {a:>11.5f}")
+    lines.append(f"{p:>5} {e:>9g} {n:>8d} {round_toward(q, PRINTED_DIGITS, 'down'):>13} "
+                 f"{round_toward(a, 6, 'up'):>11}")
+  lines += ["", f"σ is rounded up and q down to {PRINTED_DIGITS} significant digits, so "
+            "copied values stay within budget; --json prints them at full precision."]
   return "\n".join(lines)
 
 
