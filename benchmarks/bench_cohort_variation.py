@@ -61,7 +61,7 @@ def main(rounds: int = 240, before_fix: bool = False) -> dict:
   from datasets import synthetic  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   from tff_idp.execution import runtime
-  from tff_idp.idp_fedavg.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg.process import build_idp_fedavg_driver_process  # pylint: disable=g-import-not-at-top
 
   num_clients, cohort = 1000, 20
   train, _, _ = synthetic.load_synthetic(
@@ -71,7 +71,7 @@ def main(rounds: int = 240, before_fix: bool = False) -> dict:
                                  y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(60, 10), spec)
   results = {}
-  build = lambda execution: build_idp_fedavg_process(  # noqa: E731
+  build = lambda execution: build_idp_fedavg_driver_process(  # noqa: E731
       model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
       noise_multiplier=1.0, expected_clients_per_round=cohort,

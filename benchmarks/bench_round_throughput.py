@@ -10,7 +10,7 @@ synthetic data and the same model, in one Python process:
   (run on a default ``ExecutionRuntime``, so its worker ends with the run);
 * ``before issue 14``: the same DP-FedAvg as ``build_idp_fedavg_process``
   built before issue 14, with TFF's default ``DATASET_REDUCE`` client loop;
-* ``client_execution=tff``: ``build_idp_fedavg_process`` with the clients as
+* ``client_execution=tff``: ``build_idp_fedavg_driver_process`` with the clients as
   TFF client computations (now with the ``DATASET_ITERATOR`` loop), at the
   worker's default concurrency and at ``max_concurrent_computation_calls=2``;
 * ``client_execution=in_process``: the clients train in this process
@@ -125,7 +125,7 @@ def build_processes(w: Workload) -> dict:
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.learning import model_update_aggregator  # pylint: disable=g-import-not-at-top
   from tff_idp.idp_fedavg.aggregators import AdaptiveClipDPMeanFactory  # pylint: disable=g-import-not-at-top
-  from tff_idp.idp_fedavg.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg.process import build_idp_fedavg_driver_process  # pylint: disable=g-import-not-at-top
   adam = lambda: tff.learning.optimizers.build_adam(learning_rate=CLIENT_LR)
   sgd = lambda: tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   # TFF's adaptive clipping needs σ < 2σ_b; its default σ_b = 0.05·c fails for
@@ -145,7 +145,7 @@ def build_processes(w: Workload) -> dict:
       model_aggregator=AdaptiveClipDPMeanFactory(NOISE_MULTIPLIER, w.clients, noise_seed=0,
                                                  clipped_count_stddev=count_stddev),
       loop_implementation=tff.learning.LoopImplementation.DATASET_REDUCE)
-  ours = lambda **kw: build_idp_fedavg_process(  # noqa: E731
+  ours = lambda **kw: build_idp_fedavg_driver_process(  # noqa: E731
       w.model_fn, client_optimizer=adam(), server_optimizer=sgd(),
       noise_multiplier=NOISE_MULTIPLIER, expected_clients_per_round=w.clients,
       aggregator_kwargs=dict(noise_seed=0, clipped_count_stddev=count_stddev), **kw)
@@ -269,7 +269,7 @@ def record_level_entry(w: Workload, rt, rounds: int) -> dict:
   from tff_idp.rpdp import dp_sgd  # pylint: disable=g-import-not-at-top
   from tff_idp.rpdp import client_work as record_process  # pylint: disable=g-import-not-at-top
   sgd = lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr)  # noqa: E731
-  build = lambda **kw: record_process.build_rpdp_fedavg_process(  # noqa: E731
+  build = lambda **kw: record_process.build_rpdp_fedavg_driver_process(  # noqa: E731
       w.model_fn, client_optimizer=sgd(RECORD_LR), server_optimizer=sgd(1.0),
       local_steps=RECORD_STEPS, noise_multiplier=1.0, clip_norm=RECORD_CLIP, **kw)
   processes = {"default": build(), "tff": build(client_execution="tff")}

@@ -55,7 +55,7 @@ def main(argv):
   from datasets import synthetic  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
-  from tff_idp.idp_fedavg.process import build_idp_fedavg_process  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg.process import build_idp_fedavg_driver_process  # pylint: disable=g-import-not-at-top
 
   num_clients, cohort = 500, 20
   train, _, _ = synthetic.load_synthetic(
@@ -64,7 +64,7 @@ def main(argv):
   spec = collections.OrderedDict(x=tf.TensorSpec([None, 60], tf.float32),
                                  y=tf.TensorSpec([None], tf.int32))
   model_fn = models.tff_model_fn(lambda: models.build_logistic_regression(60, 10), spec)
-  process = build_idp_fedavg_process(
+  process = build_idp_fedavg_driver_process(
       model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0), noise_multiplier=1.0,
       expected_clients_per_round=cohort, aggregator_kwargs=dict(noise_seed=0),

@@ -21,6 +21,8 @@ _PUBLIC = {
     "run_ino_sgd": "tff_idp.runners",
     # IDP-FedAvg
     "build_idp_fedavg_process": "tff_idp.idp_fedavg.process",
+    "build_idp_fedavg_driver_process": "tff_idp.idp_fedavg.process",
+    "scaled_client_data": "tff_idp.idp_fedavg.process",
     "AdaptiveClipDPMeanFactory": "tff_idp.idp_fedavg.aggregators",
     "get_group_sampling_rates": "tff_idp.accounting.client.sample",
     "get_noise": "tff_idp.accounting.client.sample",
@@ -29,6 +31,8 @@ _PUBLIC = {
     "GroupPrivacyLedger": "tff_idp.accounting.client.ledger",
     # rPDP-FL
     "build_rpdp_fedavg_process": "tff_idp.rpdp.client_work",
+    "build_rpdp_fedavg_driver_process": "tff_idp.rpdp.client_work",
+    "record_dataset": "tff_idp.rpdp.records",
     "build_record_dp_client_work": "tff_idp.rpdp.client_work",
     "build_local_dp_sgd": "tff_idp.rpdp.dp_sgd",
     "TwoStageParams": "tff_idp.accounting.record.rdp_two_stage",

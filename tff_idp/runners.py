@@ -101,7 +101,7 @@ def run_idp_fedavg(split, *, output_dir: str,
     client_execution, parallel_clients: where the clients train ("auto" =
       "in_process": in this process, ``parallel_clients`` at once; "tff": as
       TFF client computations, e.g. on a fleet runtime you pass in with
-      ``own_runtime=False``); see ``build_idp_fedavg_process``.
+      ``own_runtime=False``); see ``build_idp_fedavg_driver_process``.
     Other arguments: as the ``experiments.idp_fedavg`` flags of the same names.
   """
   shape, num_classes, rescale = _shape_and_classes(split)

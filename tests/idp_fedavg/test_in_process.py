@@ -61,7 +61,7 @@ def _datasets(n, round_num, shape=(6,), examples=10, epochs=2, batch=4, empty=()
 
 
 def _build(model_fn, noise, execution, scale=False, parallel=None, **agg):
-  return process_lib.build_idp_fedavg_process(
+  return process_lib.build_idp_fedavg_driver_process(
       model_fn, client_optimizer=tff.learning.optimizers.build_adam(0.01),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
       noise_multiplier=noise, expected_clients_per_round=5, per_client_clip_scale=scale,
@@ -205,7 +205,7 @@ def test_a_failing_client_raises_and_the_process_still_works():
 ])
 def test_bad_arguments_are_refused_with_advice(kwargs, match):
   with pytest.raises(ValueError, match=match):
-    process_lib.build_idp_fedavg_process(
+    process_lib.build_idp_fedavg_driver_process(
         MLP_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
         server_optimizer=tff.learning.optimizers.build_sgdm(1.0), noise_multiplier=0.5,
         expected_clients_per_round=5, aggregator_kwargs=dict(clipped_count_stddev=1.0),
@@ -312,7 +312,7 @@ def test_bad_execution_flags_fail_with_advice(tmp_path):
 
 
 def test_library_default_is_the_fast_path_for_the_papers_cnn_and_equals_tff():
-  """build_idp_fedavg_process's default picks what the CLI's ``auto`` picks (issue 23).
+  """build_idp_fedavg_driver_process's default picks what the CLI's ``auto`` picks (issue 23).
 
   The paper's CNN (≥ 10,000 parameters) trains in process; a small MLP as TFF
   client computations. With the same seeded noise the default (in-process)
@@ -326,3 +326,9 @@ def test_library_default_is_the_fast_path_for_the_papers_cnn_and_equals_tff():
   default_cnn = _build(model_fn, 0.5, "auto")
   assert isinstance(default_cnn, in_process.InProcessLearningProcess)
   _rounds(tff_cnn, default_cnn, lambda r: _datasets(4, r, shape=CNN_SHAPE, examples=6), 2)
+  # The public builder is native TFF whatever the model size (issue 31 item 7).
+  public = process_lib.build_idp_fedavg_process(
+      model_fn, client_optimizer=tff.learning.optimizers.build_adam(0.01),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), noise_multiplier=0.5,
+      expected_clients_per_round=5, aggregator_kwargs=dict(clipped_count_stddev=1.0))
+  assert isinstance(public, tff.learning.templates.LearningProcess)

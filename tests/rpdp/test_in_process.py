@@ -37,7 +37,7 @@ def _client(i, round_num, n=None, q=0.5):
 
 
 def _build(execution, parallel=None, steps=3, model_fn=MLP_FN, **kw):
-  return client_work.build_rpdp_fedavg_process(
+  return client_work.build_rpdp_fedavg_driver_process(
       model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.2),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=steps,
       noise_multiplier=0.7, clip_norm=1.0, client_execution=execution,

@@ -63,7 +63,7 @@ class TrainingConfig:
   # groups, inserted half, their sampling): the auditor's randomness.
   audit_canaries: int = 0
   audit_seed: int = 0
-  # Where the clients train (``build_idp_fedavg_process(client_execution=)``):
+  # Where the clients train (``build_idp_fedavg_driver_process(client_execution=)``):
   # "in_process" (this process, ``parallel_clients`` at once; the aggregator
   # and server update run in TFF) or "tff" (TFF client computations). "auto":
   # tff when auditing (canary clients are TFF client work) or for a model

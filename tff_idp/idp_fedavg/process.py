@@ -74,10 +74,61 @@ def build_idp_fedavg_process(
     aggregator_kwargs: Optional[dict] = None,
     canary_client_work: Optional[Callable[[tff.learning.templates.ClientWorkProcess],
                                           tff.learning.templates.ClientWorkProcess]] = None,
+) -> tff.learning.templates.LearningProcess:
+  """IDP-FedAvg (Alg. 2) as a native ``tff.learning.templates.LearningProcess``, whatever the model.
+
+  Every client trains as a TFF client computation, so the result composes
+  with stock TFF (``tff.federated_computation``, a ``LearningProcess``
+  rebuild, ``tff.learning.programs.train_model``). For the faster
+  in-process rounds when you drive ``next`` from Python, use
+  :func:`build_idp_fedavg_driver_process` (issue 31 item 7).
+
+  Args:
+    model_fn: builds a ``tff.learning.models.VariableModel``.
+    client_optimizer / server_optimizer: TFF optimizers (e.g. Adam / SGD 1.0).
+    noise_multiplier: σ_SAMPLE (or the uniform σ). ``None`` builds plain,
+      non-private FedAvg.
+    expected_clients_per_round: Σ_i q_i, the DP mean's fixed normaliser.
+    per_client_clip_scale: SCALE: every client's data is
+      ``scaled_client_data(dataset, clip_scale)``.
+    aggregator_kwargs: passed to ``AdaptiveClipDPMeanFactory`` (initial_clip,
+      target_unclipped_quantile, clip_learning_rate, clipped_count_stddev,
+      noise_seed).
+    canary_client_work: the client-level audit's hook (see
+      :func:`build_idp_fedavg_driver_process`).
+  """
+  return _build_tff_process(
+      model_fn, client_optimizer=client_optimizer, server_optimizer=server_optimizer,
+      noise_multiplier=noise_multiplier,
+      expected_clients_per_round=expected_clients_per_round,
+      per_client_clip_scale=per_client_clip_scale, aggregator_kwargs=aggregator_kwargs,
+      canary_client_work=canary_client_work)
+
+
+def build_idp_fedavg_driver_process(
+    model_fn: ModelFn, *,
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer,
+    noise_multiplier: Optional[float],
+    expected_clients_per_round: float,
+    per_client_clip_scale: bool = False,
+    aggregator_kwargs: Optional[dict] = None,
+    canary_client_work: Optional[Callable[[tff.learning.templates.ClientWorkProcess],
+                                          tff.learning.templates.ClientWorkProcess]] = None,
     client_execution: str = "auto",
     parallel_clients: Optional[int] = None,
-) -> tff.learning.templates.LearningProcess:
-  """IDP-FedAvg (Alg. 2) as a ``tff.learning.templates.LearningProcess``.
+) -> "tff.learning.templates.LearningProcess | in_process.InProcessLearningProcess":
+  """IDP-FedAvg (Alg. 2) for rounds driven from Python: the fast in-process path where it pays.
+
+  What the toolkit's runners, experiments and :class:`~tff_idp.engine.driver.RoundDriver`
+  build. With ``client_execution="tff"`` (or ``"auto"`` on a small model or
+  with canaries) it returns the native ``LearningProcess`` of
+  :func:`build_idp_fedavg_process`; otherwise an
+  :class:`~tff_idp.engine.in_process_round.InProcessLearningProcess`, which
+  has the same ``initialize`` / ``next(state, client_data)`` / state and
+  equal rounds (within float tolerance), but is **not** a TFF computation:
+  call its ``next`` from Python, not inside a ``tff.federated_computation``
+  or ``train_model``. Arguments as :func:`build_idp_fedavg_process`, plus:
 
   Args:
     model_fn: builds a ``tff.learning.models.VariableModel``.

@@ -48,7 +48,7 @@ from tff_idp.engine.run_template import run_grid
 from tff_idp.engine import report
 from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.metrics import read_metrics
-from tff_idp.idp_fedavg.process import build_idp_fedavg_process
+from tff_idp.idp_fedavg.process import build_idp_fedavg_driver_process
 from tff_idp.idp_fedavg.process import scaled_client_data
 
 
@@ -217,7 +217,7 @@ class _IdpFedAvgRuns:
   def _build_process(self, plan, noise_added: Optional[float], sigma_b: float,
                      wrappers: list) -> Any:
     config = self.config
-    return build_idp_fedavg_process(
+    return build_idp_fedavg_driver_process(
         self.model_fn,
         client_optimizer=build_optimizer(config.client_optimizer, config.client_learning_rate),
         server_optimizer=build_optimizer("sgd", config.server_learning_rate),

@@ -142,10 +142,40 @@ def build_rpdp_fedavg_process(
     loss_fn: dp_sgd.LossFn = dp_sgd.sparse_categorical_crossentropy,
     example_weight_fn: Optional[dp_sgd.ExampleWeightFn] = None,
     record_replacement: Optional[dp_sgd.RecordReplacement] = None,
+) -> tff.learning.templates.LearningProcess:
+  """rPDP-FL (Alg. 3) as a native ``LearningProcess``, whatever the model size.
+
+  Broadcast → record-level DP-SGD as TFF client work
+  (:func:`build_record_dp_client_work`) → 0/1-weighted mean → server
+  optimizer. Composes with stock TFF. For the faster in-process rounds when
+  you drive ``next`` from Python, use :func:`build_rpdp_fedavg_driver_process`
+  (issue 31 item 7); arguments are documented there.
+  """
+  return build_rpdp_fedavg_driver_process(
+      model_fn, client_optimizer=client_optimizer, server_optimizer=server_optimizer,
+      local_steps=local_steps, noise_multiplier=noise_multiplier, clip_norm=clip_norm,
+      loss_fn=loss_fn, example_weight_fn=example_weight_fn,
+      record_replacement=record_replacement, client_execution="tff")
+
+
+def build_rpdp_fedavg_driver_process(
+    model_fn: ModelFn, *, client_optimizer: tff.learning.optimizers.Optimizer,
+    server_optimizer: tff.learning.optimizers.Optimizer, local_steps: int,
+    noise_multiplier: float, clip_norm: float,
+    loss_fn: dp_sgd.LossFn = dp_sgd.sparse_categorical_crossentropy,
+    example_weight_fn: Optional[dp_sgd.ExampleWeightFn] = None,
+    record_replacement: Optional[dp_sgd.RecordReplacement] = None,
     client_execution: str = "auto",
     parallel_clients: Optional[int] = None,
-) -> tff.learning.templates.LearningProcess:
-  """rPDP-FL (Alg. 3) as a ``LearningProcess``: broadcast → record-level DP-SGD → mean → optimizer.
+) -> "tff.learning.templates.LearningProcess | in_process_round.InProcessLearningProcess":
+  """rPDP-FL (Alg. 3) for rounds driven from Python: the fast in-process path where it pays.
+
+  What the toolkit's runners and experiments build. ``"tff"`` (or
+  ``"auto"`` on a small model or with canaries) returns the native
+  ``LearningProcess`` of :func:`build_rpdp_fedavg_process`; otherwise an
+  :class:`~tff_idp.engine.in_process_round.InProcessLearningProcess` with
+  the same state and equal rounds that is **not** a TFF computation (call
+  its ``next`` from Python).
 
   The mean is TFF's ``MeanFactory`` weighted by the client work's 0/1 update
   weights (an empty cohort leaves the model unchanged). With a server SGD

@@ -33,7 +33,7 @@ import tensorflow_federated as tff
 from tff_idp import models
 from tff_idp.accounting.record import rdp_two_stage
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
-from tff_idp.rpdp.client_work import build_rpdp_fedavg_process
+from tff_idp.rpdp.client_work import build_rpdp_fedavg_driver_process
 from tff_idp.engine import evaluation
 from tff_idp.engine import group_metrics
 from tff_idp.rpdp import record_level
@@ -171,7 +171,7 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
   """Every method × seed; returns one summary row per method.
 
   ``client_execution`` / ``parallel_clients``: where the clients' DP-SGD runs
-  (:func:`tff_idp.rpdp.client_work.build_rpdp_fedavg_process`; ``auto``: in
+  (:func:`tff_idp.rpdp.client_work.build_rpdp_fedavg_driver_process`; ``auto``: in
   this process for models of ≥ 10,000 parameters). An audit's canary runs
   always use TFF client work.
 
@@ -295,7 +295,7 @@ class _RecordRuns:
     plan = self.plans_by_seed[self.seeds[0]][method]  # σ and L are the same for every seed
     key = (plan.noise_multiplier, plan.clip_norm)
     if key not in self.processes:
-      self.processes[key] = build_rpdp_fedavg_process(
+      self.processes[key] = build_rpdp_fedavg_driver_process(
           self.model_fn,
           client_optimizer=tff.learning.optimizers.build_sgdm(self.learning_rate),
           server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
