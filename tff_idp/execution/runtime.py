@@ -598,6 +598,42 @@ class ExecutionRuntime:
           signal.signal(sig, self._on_signal)
     return self
 
+  @contextlib.contextmanager
+  def program_context(self) -> Iterator[object]:
+    """TFF's program-API context over this runtime's worker, installed for the ``with`` block.
+
+    ``tff.learning.programs.train_model`` and other ``tff.program`` logic need
+    a ``tff.program.NativeFederatedContext`` (an async context), not the
+    synchronous default this runtime installs. This one is
+    :class:`tff_idp.execution.program_context.ClientListFederatedContext`,
+    which also passes structured client data (SCALE, APES) that TFF 0.87's
+    own context mangles. Inside the block the same
+    worker and executor cache serve the program; on exit the previous
+    context is back. Local worker only (not a fleet)::
+
+        with runtime.program_context():
+          asyncio.run(tff.learning.programs.train_model(...))
+    """
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.core.backends.native import compiler
+    from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+    from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+    from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+    from tff_idp.execution import program_context
+    # pylint: enable=g-import-not-at-top
+    if self.context is None or self._closed:
+      raise RuntimeError("start the runtime before asking for its program context.")
+    if self.workers is not None:
+      raise RuntimeError("program_context() runs on the local worker; a fleet runtime has "
+                         "no single executor for TFF's program API.")
+    inner = async_execution_context.AsyncExecutionContext(
+        executor_fn=self._factory, compiler_fn=compiler.desugar_and_transform_to_native,
+        transform_args=tensorflow_computation.transform_args,
+        transform_result=tensorflow_computation.transform_result)
+    context = program_context.ClientListFederatedContext(inner)
+    with context_stack_impl.context_stack.install(context):
+      yield context
+
   def _on_signal(self, signum, frame):
     # Read the handler to chain to first: close() restores and forgets them
     # (reading it after close() lost the CLI's "terminated; resume ..." line

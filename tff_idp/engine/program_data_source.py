@@ -1,0 +1,242 @@
+"""Federated data sources for TFF's program API, with the toolkit's sampling and secret seeds.
+
+``tff.learning.programs.train_model`` (TFF 0.87) takes a
+``tff.program.FederatedDataSource``, calls ``iterator()`` once and then
+``select(k)`` every round; it deep-copies the iterator every round and saves
+it in the program state (``to_bytes``/``from_bytes``) so that a restarted
+program resumes where it stopped. The families' client inputs are structured
+(SCALE's clip scale; rPDP-FL's records, rates and seeds; APES's ε and seed),
+and their privacy needs the family's own client sampling and fresh secret
+seeds every round, which TFF's ``DatasetDataSource`` (uniform sampling of
+fixed datasets) cannot give. Stock ``DatasetDataSource`` also fails under
+``train_model`` in 0.87 ("cannot pickle 'Graph' object") because its
+iterator holds ``tf.data.Dataset`` objects that ``copy.deepcopy`` cannot
+copy.
+
+:class:`ClientArraysIterator` is the shared part (issue 31 item 8):
+
+* it holds the clients' data as numpy arrays (so ``deepcopy`` and
+  ``to_bytes`` work) and builds each selected client's ``tf.data`` input
+  only when it is selected;
+* ``select(k)`` Poisson-samples every client independently at its own rate
+  (IDP-FedAvg Alg. 2; rate 1 = full participation) from an RNG seeded with
+  the iterator's secret (``PrivacyRandomness.sampling_seed``), so the
+  cohort's size varies round to round around ``k``, the expected cohort,
+  which must be what the source was built for (anything else is refused:
+  the privacy analysis fixed the rates);
+* every selected client gets a fresh secret seed for the round
+  (``PrivacyRandomness.client_seed(client, round)``), never derived from a
+  user-visible seed unless the source was built with the loudly labelled
+  ``insecure_seed`` debug mode;
+* an empty cohort gets one padding client with no data (a TFF round needs at
+  least one client); it contributes nothing to any sum.
+
+The iterator's ``to_bytes`` holds the run secret and the sampler's state: the
+program state it is saved in is as sensitive as a checkpoint.
+Family subclasses say how a client's input is built
+(:meth:`ClientArraysIterator.client_input`).
+"""
+from __future__ import annotations
+
+import copy
+import io
+import json
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp.engine.privacy_randomness import PrivacyRandomness
+from tff_idp.errors import ToolkitValueError
+
+_HEADER = "__header__"
+
+
+def check_client_arrays(clients: Sequence[Any]) -> list[dict]:
+  """``[(x, y), ...]`` (or dicts with ``x``, ``y``) as a list of ``{"x", "y"}`` numpy arrays."""
+  out = []
+  for i, client in enumerate(clients):
+    x, y = (client["x"], client["y"]) if isinstance(client, dict) else client
+    x, y = np.asarray(x), np.asarray(y)
+    if len(x) != len(y):
+      raise ToolkitValueError(f"client {i}: x has {len(x)} rows but y has {len(y)}; give one "
+                              "label per example.")
+    out.append({"x": x, "y": y})
+  if not out:
+    raise ToolkitValueError("a data source needs at least one client.")
+  shapes = {(c["x"].shape[1:], c["x"].dtype, c["y"].shape[1:], c["y"].dtype) for c in out}
+  if len(shapes) > 1:
+    raise ToolkitValueError("every client's x and y must have the same trailing shape and "
+                            f"dtype; got {sorted(map(str, shapes))}.")
+  return out
+
+
+def check_rates(rates: Sequence[float], num_clients: int, what: str) -> np.ndarray:
+  rates = np.asarray(rates, np.float64).ravel()
+  if rates.shape != (num_clients,):
+    raise ToolkitValueError(f"give one {what} per client: got {rates.size} for {num_clients}.")
+  if np.any(~np.isfinite(rates)) or np.any(rates < 0) or np.any(rates > 1):
+    raise ToolkitValueError(f"every {what} must lie in [0, 1].")
+  return rates
+
+
+class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
+  """Poisson client sampling with fresh secret seeds over clients held as arrays (module doc).
+
+  Args:
+    clients: per client, a dict of numpy arrays (``x``, ``y`` and any
+      per-record field the family needs).
+    rates: each client's sampling probability per round.
+    options: the family's JSON-serialisable settings (batch size, clip
+      scales, budgets, ...).
+    randomness: the iterator's secret (:class:`PrivacyRandomness`).
+    clients_per_round: the ``k`` that ``select`` accepts (default: the
+      expected cohort Σ rates, rounded).
+  """
+
+  def __init__(self, clients: Sequence[dict], rates: np.ndarray, options: dict,
+               randomness: PrivacyRandomness, clients_per_round: Optional[int] = None,
+               round_num: int = 0, sampler_state: Optional[dict] = None):
+    self._clients = [dict(c) for c in clients]
+    self._rates = np.asarray(rates, np.float64)
+    self._options = dict(options)
+    self._randomness = randomness
+    expected = float(self._rates.sum())
+    self.clients_per_round = (int(round(expected)) if clients_per_round is None
+                              else int(clients_per_round))
+    self.round_num = int(round_num)
+    self._rng = np.random.Generator(np.random.PCG64(randomness.sampling_seed()))
+    if sampler_state is not None:
+      self._rng.bit_generator.state = sampler_state
+    self._federated_type = tff.FederatedType(_type_of(self.padding_input()), tff.CLIENTS)
+
+  # -- the family's part ---------------------------------------------------------
+  def client_input(self, index: int, seed: tuple[int, int]) -> Any:
+    """Client ``index``'s input for one round, drawing with ``seed`` (its secret for the round)."""
+    raise NotImplementedError
+
+  def padding_input(self) -> Any:
+    """An input with no data (for an empty cohort): contributes nothing."""
+    raise NotImplementedError
+
+  # -- FederatedDataSourceIterator -------------------------------------------------
+  @property
+  def federated_type(self) -> tff.FederatedType:
+    return self._federated_type
+
+  @property
+  def expected_clients_per_round(self) -> float:
+    return float(self._rates.sum())
+
+  def select(self, k: Optional[int] = None) -> list:
+    """One round's client inputs: a Poisson cohort, each client with a fresh secret seed."""
+    if k is not None and int(k) != self.clients_per_round:
+      raise ToolkitValueError(
+          f"this data source samples every client independently at its calibrated rate "
+          f"(expected cohort {self.expected_clients_per_round:.4g} clients, so the realised "
+          f"cohort varies); select it with k={self.clients_per_round} "
+          f"(train_per_round_clients={self.clients_per_round}), not k={k}.")
+    chosen = np.flatnonzero(self._rng.random(self._rates.size) < self._rates)
+    inputs = [self.client_input(int(i), self._randomness.client_seed(str(int(i)),
+                                                                     self.round_num))
+              for i in chosen]
+    self.round_num += 1
+    return inputs if inputs else [self.padding_input()]
+
+  # -- helpers for subclasses --------------------------------------------------------
+  @property
+  def options(self) -> dict:
+    return self._options
+
+  def arrays(self, index: int) -> dict:
+    return self._clients[index]
+
+  # -- Serializable ----------------------------------------------------------------
+  def to_bytes(self) -> bytes:
+    """The clients' arrays, rates, settings, round, sampler state and secret (sensitive)."""
+    header = {"options": self._options, "round_num": self.round_num,
+              "clients_per_round": self.clients_per_round,
+              "sampler_state": self._rng.bit_generator.state,
+              "randomness": self._randomness.get_state(),
+              "fields": [sorted(c) for c in self._clients]}
+    arrays = {f"c{i}/{key}": value for i, c in enumerate(self._clients)
+              for key, value in c.items()}
+    buffer = io.BytesIO()
+    np.savez(buffer, rates=self._rates, **arrays,
+             **{_HEADER: np.frombuffer(json.dumps(header).encode(), np.uint8)})
+    return buffer.getvalue()
+
+  @classmethod
+  def from_bytes(cls, buffer: bytes) -> "ClientArraysIterator":
+    with np.load(io.BytesIO(buffer), allow_pickle=False) as data:
+      header = json.loads(bytes(data[_HEADER]).decode())
+      clients = [{key: data[f"c{i}/{key}"] for key in fields}
+                 for i, fields in enumerate(header["fields"])]
+      rates = data["rates"]
+    randomness = PrivacyRandomness(b"\0" * 32, header["randomness"]["reproducible"])
+    randomness.set_state(header["randomness"])
+    return cls(clients, rates, header["options"], randomness,
+               clients_per_round=header["clients_per_round"], round_num=header["round_num"],
+               sampler_state=header["sampler_state"])
+
+  def __deepcopy__(self, memo: dict) -> "ClientArraysIterator":
+    """A copy with its own sampler and round (``train_model`` copies the iterator every round).
+
+    The clients' arrays and the federated type are immutable here and shared.
+    """
+    clone = copy.copy(self)
+    clone._rng = copy.deepcopy(self._rng, memo)  # pylint: disable=protected-access
+    memo[id(self)] = clone
+    return clone
+
+  def __eq__(self, other: object) -> bool:
+    if not isinstance(other, ClientArraysIterator):
+      return NotImplemented
+    if type(self) is not type(other) or len(self._clients) != len(other._clients):
+      return False
+    same_arrays = all(
+        sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+        for a, b in zip(self._clients, other._clients))  # pylint: disable=protected-access
+    return (same_arrays and np.array_equal(self._rates, other._rates)
+            and self._options == other._options and self.round_num == other.round_num
+            and self.clients_per_round == other.clients_per_round
+            and self._rng.bit_generator.state == other._rng.bit_generator.state
+            and self._randomness.get_state() == other._randomness.get_state())
+
+
+class ClientArraysDataSource(tff.program.FederatedDataSource):
+  """A ``tff.program.FederatedDataSource`` whose iterators are ``iterator_cls`` (module doc).
+
+  Each ``iterator()`` call draws its own secret from OS entropy, unless
+  ``insecure_seed`` is given: then every secret derives from it (for tests
+  and debugging only; logged as NOT PRIVATE).
+  """
+
+  iterator_cls: type = ClientArraysIterator
+
+  def __init__(self, clients: Sequence[dict], rates: np.ndarray, options: dict,
+               clients_per_round: Optional[int] = None, insecure_seed: Optional[int] = None):
+    self._args = (list(clients), np.asarray(rates, np.float64), dict(options))
+    self._clients_per_round = clients_per_round
+    self._insecure_seed = insecure_seed
+    self._type = self.iterator().federated_type
+
+  @property
+  def federated_type(self) -> tff.FederatedType:
+    return self._type
+
+  def iterator(self) -> ClientArraysIterator:
+    randomness = (PrivacyRandomness.secret() if self._insecure_seed is None else
+                  PrivacyRandomness.from_seed(self._insecure_seed, type(self).__name__))
+    return self.iterator_cls(*self._args, randomness,
+                             clients_per_round=self._clients_per_round)
+
+
+def _type_of(value: Any) -> tff.types.Type:
+  """The TFF type of one client input (a dataset, or a dict of datasets)."""
+  if isinstance(value, tf.data.Dataset):
+    return tff.SequenceType(tff.types.tensorflow_to_type(value.element_spec))
+  if isinstance(value, dict):
+    return tff.StructWithPythonType([(k, _type_of(v)) for k, v in value.items()], type(value))
+  raise TypeError(f"a client input must be a dataset or a dict of datasets; got {type(value)}")
