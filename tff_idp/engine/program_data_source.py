@@ -220,7 +220,10 @@ class ClientArraysDataSource(tff.program.FederatedDataSource):
     self._args = (list(clients), np.asarray(rates, np.float64), dict(options))
     self._clients_per_round = clients_per_round
     self._insecure_seed = insecure_seed
-    self._type = self.iterator().federated_type
+    prototype = self.iterator()
+    self._type = prototype.federated_type
+    self.clients_per_round = prototype.clients_per_round
+    """The ``k`` (``train_per_round_clients``) this source's iterators accept."""
 
   @property
   def federated_type(self) -> tff.FederatedType:
