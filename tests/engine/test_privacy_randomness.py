@@ -73,3 +73,22 @@ def test_module_imports_no_tensorflow():
   code = ("import sys, tff_idp.engine.privacy_randomness; "
           "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
   assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_secrets_do_not_follow_any_seedable_generator():
+  """The run secret comes from OS entropy, not from Python's or NumPy's seedable RNGs (issue 32).
+
+  Reseeding ``random`` and ``numpy.random`` identically before two
+  constructions must still give two different secrets. Bug caught: drawing
+  the secret from ``random`` (Mersenne Twister, seedable and predictable
+  from its outputs) instead of ``secrets``.
+  """
+  import random  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  random.seed(0)
+  np.random.seed(0)
+  a = PrivacyRandomness.secret().get_state()["secret"]
+  random.seed(0)
+  np.random.seed(0)
+  b = PrivacyRandomness.secret().get_state()["secret"]
+  assert a != b

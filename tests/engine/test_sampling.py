@@ -80,3 +80,19 @@ def test_bad_rates_are_rejected(rates, match):
 def test_uniform_sampler_rejects_more_clients_per_round_than_clients():
   with pytest.raises(ValueError, match="exceeds num_clients"):
     sampling.PoissonClientSampler.uniform(["a", "b"], 3, 0)
+
+
+def test_unseeded_samplers_draw_from_os_entropy():
+  """``seed=None`` seeds from OS entropy: two such samplers draw different cohorts (issue 32).
+
+  1,000 clients at rate ½: two independent samplers give identical masks with
+  probability 2^-1000. Bug caught: ``seed=None`` mapped to a fixed seed
+  (e.g. 0), which makes every default sampler's cohorts predictable.
+  """
+  ids = [f"c{i}" for i in range(1000)]
+  a = sampling.PoissonClientSampler(ids, np.full(1000, 0.5))
+  b = sampling.PoissonClientSampler(ids, np.full(1000, 0.5))
+  fixed = sampling.PoissonClientSampler(ids, np.full(1000, 0.5), seed=0)
+  first = a.sample_mask()
+  assert not np.array_equal(first, b.sample_mask())
+  assert not np.array_equal(first, fixed.sample_mask())

@@ -48,3 +48,34 @@ def test_calibration_runs_once_per_run_specification(text):
   assert again.noise_multiplier == plans[0].noise_multiplier == plans[1].noise_multiplier
   assert plans[0].ledger is not plans[1].ledger
   assert (plans[0].client_groups != plans[1].client_groups).any()
+
+
+def test_scale_ledger_charges_each_group_its_effective_noise_multiplier():
+  """SCALE's ledger charges group p the multiplier z/s_p, recomputed with fresh dp-accounting (issue 32).
+
+  Group p's released pair has sensitivity s_p·(C, ½) against noise z, i.e.
+  multiplier z/s_p. Property: the ledger's ε per group after all rounds
+  equals dp-accounting's ε of Poisson(q)-subsampled Gaussian(z/s_p) composed
+  over the rounds, and is within the group's budget. Bug caught: a ledger
+  charging the base z (the ε = 4 group is then reported at about 8, and a
+  plan's printed ε no longer matches what is released).
+  """
+  import dp_accounting  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  spec = privacy_plan.parse_run_spec("scale", RATIOS, 3)
+  rounds, delta = 50, 1e-4
+  plan = privacy_plan.make_privacy_plan(spec, [1.0, 2.0, 4.0], 600, 20.0, rounds, delta,
+                                        "rdp", seed=0)
+  q = float(plan.client_rates[0])
+  z = plan.noise_multiplier
+  spent = plan.ledger.spent(rounds)
+  for p, budget in enumerate([1.0, 2.0, 4.0]):
+    s_p = float(np.unique(plan.client_clip_scales[plan.client_groups == p])[0])
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z / s_p)),
+        rounds))
+    independent = acc.get_epsilon(delta)
+    assert spent[p] == pytest.approx(independent, rel=1e-6), p
+    assert independent <= budget
+  assert min(plan.client_clip_scales) < 1.0  # the test would be vacuous with every s_p = 1

@@ -536,3 +536,22 @@ def test_saturated_cohort_gets_the_smallest_noise_that_keeps_every_rate_at_one(b
   assert cal.noise_multiplier == pytest.approx(expected, rel=2e-3)
   for e, q in zip(budgets, cal.sampling_rates):
     assert dp_epsilon(q, cal.noise_multiplier, rounds, delta, "rdp") <= e
+
+
+@pytest.mark.parametrize("overshoot", [1.005, 1.0001, 1.0 + 1e-9])
+def test_alg1_refuses_a_calibration_its_verifier_finds_over_budget(monkeypatch, overshoot):
+  """Alg. 1's final check refuses any over-budget group, however small the overshoot (issue 32).
+
+  The exact verifier is made to report a group just over its budget (0.5%,
+  1e-4, 1e-9 relative); ``get_group_sampling_rates`` must raise rather than
+  return. Bug caught: a final check that tolerates a 1% (or any) overshoot.
+  """
+  real = sample_rate.tighten_rate
+
+  def over_budget(q, target, *args, **kwargs):
+    q, _ = real(q, target, *args, **kwargs)
+    return q, target * overshoot
+
+  monkeypatch.setattr(sample.sample_rate, "tighten_rate", over_budget)
+  with pytest.raises(RuntimeError, match="over-budget"):
+    sample.get_group_sampling_rates([1.0, 2.0], [500, 500], 1e-4, 100, 20.0)
