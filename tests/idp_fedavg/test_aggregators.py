@@ -215,3 +215,28 @@ def test_expected_clip_scale_sum_is_checked():
     aggregators.AdaptiveClipDPMeanFactory(1.0, 30, expected_clip_scale_sum=31.0)
   with pytest.raises(ValueError, match="expected_clip_scale_sum"):
     aggregators.AdaptiveClipDPMeanFactory(1.0, 30, expected_clip_scale_sum=0.0)
+
+
+def test_clip_count_noise_std_is_sigma_b_measured_from_draws():
+  """The released unclipped fraction carries count noise of std σ_b, i.e. σ_b/c_s after the mean.
+
+  Measured, not read (issue 32): one absent client (all-zero update), so
+  each round's ``unclipped_fraction − ½`` is the count noise / c_s alone;
+  200 rounds draw fresh noise (the round is folded into the seed). With
+  σ_b = 2 and c_s = 4 the std is 0.5; the sample std of 200 normal draws
+  lies within ±25% with probability > 1 − 1e-6 (its relative sd is 5%).
+  Bug caught: count noise of std σ_b/c_s (4× too little: the clip-bit
+  channel would spend more privacy than Andrew et al.'s split accounts for).
+  """
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.5, expected_clients_per_round=4, initial_clip=1.0, clip_learning_rate=0.0,
+      clipped_count_stddev=2.0)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  state = process.initialize()
+  draws = []
+  for _ in range(200):
+    out = process.next(state, [_value(0.0, [0.0, 0.0])], [1.0])
+    state = out.state
+    draws.append(out.measurements["unclipped_fraction"] - 0.5)
+  assert np.std(draws, ddof=1) == pytest.approx(2.0 / 4.0, rel=0.25)
+  assert abs(np.mean(draws)) < 5 * 0.5 / math.sqrt(200)

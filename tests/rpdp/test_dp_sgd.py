@@ -122,6 +122,33 @@ def test_one_step_without_noise_is_sgd_on_clipped_mean_over_expected_batch():
   assert float(stats["expected_batch"]) == pytest.approx(n)
 
 
+@pytest.mark.parametrize("seed", [(2, 3), (5, 6), (7, 8)])
+def test_partial_sampling_divides_by_the_expected_not_the_realised_batch(seed):
+  """With q < 1 the noisy mean's divisor is Σ_j q_j, fixed before sampling (issue 32).
+
+  40 identical records (every per-example gradient is the same g, clipped
+  at 0.5), q = 0.5, no noise, one SGD step of rate 0.3: the step is
+  0.3·|S|·clip(g)/20 where |S| is the realised sample. Property: the delta
+  equals that for the seeds' realised |S| (which differ from 20). Bug
+  caught: dividing by |S| (the step would be 0.3·clip(g) whatever the
+  sample), which makes the sum's sensitivity data-dependent.
+  """
+  model = _model(*CASES["logreg"])
+  rng = np.random.default_rng(7)
+  x = np.repeat(rng.normal(size=(1, 6)).astype(np.float32), 40, axis=0)
+  y = np.full(40, 2, np.int32)
+  initial = _weights(model)
+  one = _hand_clipped_sum(model, x[:1], y[:1], 0.5)
+  update = dp_sgd.build_local_dp_sgd(model, tff.learning.optimizers.build_sgdm(0.3),
+                                     local_steps=1, noise_multiplier=0.0, clip_norm=0.5)
+  delta, stats = update(initial, x, y, np.full(40, 0.5, np.float32),
+                        tf.constant(seed, tf.int64))
+  sampled = float(stats["sampled"])
+  assert 0 < sampled != 20
+  for d, g in zip(delta, one):
+    np.testing.assert_allclose(d.numpy(), 0.3 * sampled * g / 20.0, rtol=2e-4, atol=1e-7)
+
+
 def test_noise_std_is_sigma_times_clip_over_expected_batch():
   """Statistical: 40 seeds × 63 coordinates of the noise, std within 6% of σL.
 

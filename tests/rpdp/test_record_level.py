@@ -239,3 +239,30 @@ def test_rerun_returns_stored_rows_and_refuses_other_learning_rate(tmp_path):
         hyperparameters=dict(HP, client_learning_rate=0.05))
   with pytest.raises(ToolkitValueError, match="hyperparameters="):
     record_level.run_record_level(proc, fed, plan, 0, out, evaluate, progress=False)
+
+
+def test_client_data_follows_the_ledger_past_the_affordable_rounds():
+  """Exhausted records are never sampled again: the client data's rates are the ledger's (issue 32).
+
+  A plan calibrated for T = 4 rounds is run for 8 (every client sampled each
+  round), so the ledger excludes records. Property: after that, each
+  client's dataset gives every excluded record q = 0 and the others their
+  calibrated rate, read from the data actually sent. Bug caught: client data
+  built from the calibrated rates, ignoring the ledger's exclusions.
+  """
+  from tff_idp.engine.privacy_randomness import PrivacyRandomness  # pylint: disable=g-import-not-at-top
+  fed = _federation()
+  plan = record_level.make_record_plan("ours", _budgets(fed), PARAMS, 1.0)
+  accountant = plan.new_accountant()
+  for _ in range(8):
+    accountant.begin_round()
+    accountant.end_round(fed.client_ids)
+  accountant.begin_round()
+  make = record_level.record_input_fn(fed, plan, accountant, PrivacyRandomness.secret())
+  excluded = 0
+  for cid in fed.client_ids:
+    sent = np.concatenate([b["q"].numpy() for b in make(cid, 8)])
+    np.testing.assert_array_equal(sent, accountant.current_rates(cid).astype(np.float32))
+    gone = (sent == 0) & (np.asarray(plan.rates[cid]) > 0)
+    excluded += int(gone.sum())
+  assert excluded > 0  # the property is exercised: some records ran out of budget

@@ -1,0 +1,68 @@
+"""IDP-FedAvg's run template: what each seed's driver is built with (issue 32)."""
+import collections
+import types
+
+import pytest
+import tensorflow as tf
+
+from tff_idp.idp_fedavg import config as config_lib
+from tff_idp.idp_fedavg import runs
+
+
+class _Built(Exception):
+  """Raised by the stand-in driver once it has seen what the run built."""
+
+
+def _capture_driver(monkeypatch):
+  seen = []
+
+  class Driver:  # the RoundDriver stand-in: records its sampler, runs nothing
+    def __init__(self, **kwargs):
+      seen.append(kwargs["sampler"])
+      raise _Built()
+
+  monkeypatch.setattr(runs, "RoundDriver", Driver)
+  monkeypatch.setattr(runs._IdpFedAvgRuns, "_build_process",  # pylint: disable=protected-access
+                      lambda self, *a, **k: object())
+  monkeypatch.setattr(runs, "_ProcessWithSecretNoise", lambda *a, **k: None)
+  return seen
+
+
+def _family(tmp_path, insecure=False):
+  config = config_lib.TrainingConfig(
+      budgets=[1.0, 2.0, 3.0], ratios=[0.34, 0.43, 0.23], runs=["34-43-23"], seeds=[0],
+      rounds=5, clients_per_round=10, local_epochs=1, batch_size=8,
+      client_learning_rate=0.1, server_learning_rate=1.0, client_optimizer="sgd",
+      delta=1e-4, accountant="rdp", output_dir=str(tmp_path), eval_every=1,
+      checkpoint_every=0, progress=False, insecure_reproducible_noise=insecure)
+  train_data = types.SimpleNamespace(
+      client_ids=[f"c{i}" for i in range(200)],
+      element_type_structure=collections.OrderedDict(
+          x=tf.TensorSpec([4], tf.float32), y=tf.TensorSpec([], tf.int32)))
+  return runs._IdpFedAvgRuns(config, train_data, None, None, None, None, ())  # pylint: disable=protected-access
+
+
+def _first_cohorts(sampler, rounds=3):
+  return [tuple(sampler.sample()) for _ in range(rounds)]
+
+
+def test_client_sampler_is_seeded_from_the_run_secret_not_the_public_seed(monkeypatch, tmp_path):
+  """Two runs with the same ``--seeds`` draw different cohorts unless the insecure mode is on.
+
+  Bug caught: the Poisson client sampler seeded from the public seed (or
+  anything derivable from it) instead of the run's secret: the cohorts, part
+  of the privacy randomness, would then be predictable. Cohorts of 200
+  clients at c = 10 over 3 rounds coincide by chance with negligible
+  probability. The insecure debug mode reproduces them (the control).
+  """
+  seen = _capture_driver(monkeypatch)
+  spec = runs.privacy_plan.parse_run_spec("34-43-23", [0.34, 0.43, 0.23], 3)
+  for insecure in (False, False, True, True):
+    family = _family(tmp_path, insecure)
+    family.begin_spec(spec)
+    with pytest.raises(_Built):
+      family.run_seed(spec, 0)
+  secret_a, secret_b, debug_a, debug_b = (_first_cohorts(s) for s in seen)
+  assert secret_a != secret_b
+  assert debug_a == debug_b
+  assert secret_a != debug_a
