@@ -85,3 +85,39 @@ def test_mismatched_lengths():
 def test_cohort_larger_than_population():
   with pytest.raises(ValueError, match="exceeds num_clients"):
     scale.get_group_clip_scales([1.0, 2.0], [10, 10], 1e-5, 10, 21)
+
+
+@pytest.mark.parametrize("shortfall", [1e-12, 1e-3, 0.05])
+def test_a_slightly_under_noised_sigma_is_shaved_in_few_accountant_calls(monkeypatch, shortfall):
+  """A σ_p slightly too small is corrected by a bounded search, never spun on (issue 32).
+
+  ``get_noise`` is made to return σ_p·(1 − shortfall), so z/s_p starts over
+  budget. Property: the calibration still meets every budget (recomputed
+  with dp-accounting) within 35 exact accountant calls per group. Bug caught: shaving
+  the scale by a fixed 1 − 1e-9 per call, which needs ~10^6 calls (minutes)
+  for a 0.1% shortfall.
+  """
+  real_get_noise = scale.sample.get_noise
+  calls = [0]
+  counting = [True]
+
+  def short_noise(*args, **kwargs):
+    counting[0] = False  # get_noise's own accountant calls are not the shaving's
+    try:
+      return real_get_noise(*args, **kwargs) * (1.0 - shortfall)
+    finally:
+      counting[0] = True
+
+  monkeypatch.setattr(scale.sample, "get_noise", short_noise)
+  real_epsilon = scale.exact.epsilon
+
+  def counted(*args, **kwargs):
+    calls[0] += counting[0]
+    if calls[0] > 3 * 35:
+      raise AssertionError("more than 35 exact accountant calls per group")
+    return real_epsilon(*args, **kwargs)
+
+  monkeypatch.setattr(scale.exact, "epsilon", counted)
+  cal = scale.get_group_clip_scales([1.0, 2.0, 3.0], [400, 300, 300], 1e-4, 100, 20.0)
+  for e, s in zip([1.0, 2.0, 3.0], cal.clip_scales):
+    assert dp_epsilon(cal.sampling_rate, cal.noise_multiplier / s, 100, 1e-4) <= e

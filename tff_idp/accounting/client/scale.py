@@ -74,11 +74,37 @@ def get_group_clip_scales(epsilons: Sequence[float], group_sizes: Sequence[int],
     if z == 0.0 or n == 0:
       achieved.append(math.inf if n > 0 and z == 0.0 else 0.0)
       continue
-    a = exact.epsilon(q, z / scales[p], rounds, delta, accountant)
-    while a > e:  # float rounding in z / (z / σ_p): shave the scale
-      scales[p] *= 1.0 - 1e-9
-      a = exact.epsilon(q, z / scales[p], rounds, delta, accountant)
+    scales[p], a = _verified_scale(scales[p], e, z, q, rounds, delta, accountant)
     achieved.append(a)
   return ScaleCalibration(float(z), tuple(float(s) for s in scales), float(q),
                           tuple(eps), tuple(float(a) for a in achieved),
                           tuple(sizes), float(delta), int(rounds), accountant)
+
+
+_MAX_SHAVES = 60
+
+
+def _verified_scale(scale: float, target: float, z: float, q: float, rounds: int,
+                    delta: float, accountant: str) -> tuple[float, float]:
+  """The largest verified clip scale at or below ``scale``: exact ε(q, z/s) <= ``target``.
+
+  ``scale`` = z/σ_p is over budget only by float rounding, or when σ_p was
+  (wrongly) slightly too small. The scale is shaved by a factor that starts
+  at 1 − 1e-9 and doubles its step each time, so a rounding error costs one
+  or two exact evaluations and a real shortfall of any size at most
+  ``_MAX_SHAVES`` (issue 32: a fixed 1e-9 step spun for minutes on a σ 0.1%
+  too small). Never returns an unverified scale.
+  """
+  eps = exact.epsilon(q, z / scale, rounds, delta, accountant)
+  shave = 1e-9
+  for _ in range(_MAX_SHAVES):
+    if eps <= target:
+      return scale, eps
+    scale *= 1.0 - shave
+    shave = min(0.5, shave * 2.0)
+    eps = exact.epsilon(q, z / scale, rounds, delta, accountant)
+  if eps <= target:
+    return scale, eps
+  raise RuntimeError(
+      f"could not verify a SCALE clip scale within ε={target} (z={z}, q={q}); refusing to "
+      "return an unverified scale.")
