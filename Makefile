@@ -38,6 +38,8 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	# The long form of SAMPLE's property test (200 random settings; make test runs 40).
+	TFF_IDP_PROPERTY_EXAMPLES=200 $(PY) -m pytest -q tests/accounting/client/test_sample.py -k random_settings
 	$(PY) -m benchmarks.bench_calibration
 	$(PY) -m benchmarks.bench_cohort_variation
 	$(PY) -m benchmarks.bench_dp_step

@@ -3,7 +3,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -67,12 +66,10 @@ def test_aldaghri_comparison_sets_its_budgets_runs_and_rate_cap():
     ("experiments.fmnist", ["--partition=pachinko"], "natural"),
 ])
 def test_bad_flags_and_missing_data_fail_fast(tmp_path, module, args, match):
-  t0 = time.monotonic()
   proc = _run(module, [f"--data_dir={tmp_path / 'none'}",
                        f"--split_dir={tmp_path / 'split'}", *args], timeout=120)
   assert proc.returncode != 0
   assert match in proc.stderr, proc.stderr[-2000:]
-  assert time.monotonic() - t0 < 30
   assert not (tmp_path / "split").exists()
 
 

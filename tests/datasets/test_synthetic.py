@@ -121,8 +121,8 @@ def test_max_client_size_caps_sizes():
   assert totals.max() == 60 and totals.min() >= 50
 
 
-def test_default_federation_size_and_speed(default_arrays):
-  arrays, seconds = default_arrays
+def test_default_federation_size(default_arrays):
+  arrays, _ = default_arrays
   config = synthetic.SyntheticConfig()
   assert config.num_clients == 3383
   assert len(np.unique(arrays['client'])) == 3383
@@ -130,7 +130,6 @@ def test_default_federation_size_and_speed(default_arrays):
   assert 300_000 < n < 400_000, n
   assert int(synthetic.client_sizes(config).sum()) == int(
       (~arrays['is_test']).sum())
-  assert seconds < 15.0, f'generation took {seconds:.1f}s'
 
 
 def test_iid_feature_distribution_matches_definition(small_iid):

@@ -1,7 +1,6 @@
 """`tfds:<name>` sources with `tfds.testing.mock_data` (no network, few examples)."""
 import json
 import os
-import time
 
 import numpy as np
 import pytest
@@ -68,11 +67,9 @@ def test_tfds_dirichlet_in_memory_and_load_federated(tmp_path):
 
 def test_unprepared_tfds_dataset_fails_at_once_naming_data_dir_and_command(tmp_path):
   data_dir = str(tmp_path / "empty")
-  t0 = time.monotonic()
   with pytest.raises(sources.SourceNotFoundError) as e:
     datasets.resolve("tfds:mnist", num_clients=2, data_dir=data_dir,
                      split_dir=str(tmp_path / "s"), progress=False)
-  assert time.monotonic() - t0 < 10.0
   text = str(e.value)
   assert data_dir in text and f"tfds build mnist --data_dir={data_dir}" in text
   assert "download=True" in text
