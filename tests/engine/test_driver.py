@@ -147,8 +147,77 @@ def test_corrupt_checkpoint_gives_clear_error(setup, tmp_path):
   npz = tmp_path / "checkpoints" / "ckpt_000002.npz"
   npz.write_bytes(b"not a checkpoint")
   with pytest.raises(checkpoint.CorruptCheckpointError,
-                     match="ckpt_000002.npz is unreadable or corrupt.*--restart"):
+                     match="ckpt_000002.npz does not match its seal.*--restart"):
     _driver(setup, tmp_path).run(ROUNDS)
+
+
+def _sealed_run(setup, tmp_path, rounds=4):
+  _driver(setup, tmp_path).run(rounds)  # checkpoint_every=2 keeps rounds 2 and 4
+  return tmp_path / "checkpoints"
+
+
+def test_an_older_rounds_npz_copied_over_the_latest_is_refused(setup, tmp_path):
+  """Issue 33: a swapped .npz (round 2's over round 4's) resumed silently with a wrong model."""
+  ckpt = _sealed_run(setup, tmp_path)
+  (ckpt / "ckpt_000004.npz").write_bytes((ckpt / "ckpt_000002.npz").read_bytes())
+  with pytest.raises(checkpoint.CorruptCheckpointError,
+                     match="ckpt_000004.npz does not match its seal"):
+    _driver(setup, tmp_path).run(ROUNDS)
+
+
+@pytest.mark.parametrize("edit", ["ledger", "sampler", "round", "seal_removed"])
+def test_an_edited_checkpoint_json_is_refused(setup, tmp_path, edit):
+  """Issue 33: an edited ledger (rounds_done 4 → 1) made a resumed run report a lower ε."""
+  ckpt = _sealed_run(setup, tmp_path)
+  path = ckpt / "ckpt_000004.json"
+  meta = json.load(open(path))
+  if edit == "ledger":
+    meta["ledger"]["rounds_done"] = 1
+  elif edit == "sampler":
+    meta["sampler"]["state"]["state"] += 1
+  elif edit == "round":
+    meta["round"] = 3
+  else:
+    del meta["seal"]
+  path.write_text(json.dumps(meta, indent=1))
+  with pytest.raises(checkpoint.CorruptCheckpointError, match="ckpt_000004.json"):
+    _driver(setup, tmp_path).run(ROUNDS)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted", "edited"])
+def test_damaged_metric_rows_refuse_the_resume(setup, tmp_path, damage):
+  """Issue 33: metrics.csv truncated (rounds lost) or deleted was resumed with exit 0."""
+  _sealed_run(setup, tmp_path)
+  path = tmp_path / "metrics.csv"
+  lines = path.read_text().splitlines(keepends=True)
+  if damage == "truncated":
+    path.write_text("".join(lines[:-2]))
+  elif damage == "deleted":
+    path.unlink()
+  else:
+    path.write_text("".join(lines[:-1]) + lines[-1].replace(",", ",9", 1))
+  with pytest.raises(checkpoint.DamagedOutputsError, match="metrics.csv.*--restart"):
+    _driver(setup, tmp_path).run(ROUNDS)
+
+
+def test_a_ledger_behind_the_checkpoint_round_is_refused(setup, tmp_path, monkeypatch):
+  """The ledger must have charged exactly the checkpoint's rounds, even under a valid seal."""
+  _sealed_run(setup, tmp_path)
+  original = checkpoint._check_seal  # pylint: disable=protected-access
+  monkeypatch.setattr(checkpoint, "_check_seal", lambda *a: None)
+  path = tmp_path / "checkpoints" / "ckpt_000004.json"
+  meta = json.load(open(path))
+  meta["ledger"]["rounds_done"] = 1
+  path.write_text(json.dumps(meta))
+  with pytest.raises(checkpoint.CheckpointMismatchError, match="charged 1 rounds"):
+    _driver(setup, tmp_path).run(ROUNDS)
+  assert original is not None
+
+
+def test_an_intact_sealed_checkpoint_resumes(setup, tmp_path):
+  _sealed_run(setup, tmp_path, rounds=2)
+  _driver(setup, tmp_path).run(ROUNDS)
+  assert len(read_metrics(tmp_path / "metrics.csv")) == ROUNDS
 
 
 def test_padding_cohorts_with_empty_clients_changes_nothing(setup, tmp_path):

@@ -16,10 +16,22 @@ flushed to disk (``fsync``) and renamed into place; the JSON is written
 last, so a checkpoint is complete iff its JSON exists. A checkpoint that
 cannot be read anyway (a truncated or empty file after a disk failure, a bad
 copy) raises :class:`CorruptCheckpointError` naming the file.
+
+**Sealed** (issue 33). Every checkpoint's JSON carries a ``seal``: the
+SHA-256 of its ``.npz`` (model, optimizer, clip, noise seed), the digests of
+the run's outputs it must be resumed with (the metric rows written up to its
+round, given by the driver), and the SHA-256 of the JSON itself (sampler,
+ledger, secret, fingerprint) without that last field. :func:`load` checks
+the JSON's and the ``.npz``'s digests and refuses, naming the file, a
+checkpoint whose files were edited, swapped (an older round's ``.npz`` copied
+over) or damaged, and one with no seal (written before checkpoints were
+sealed, or with its seal removed): it cannot be verified. The seal detects
+damage and edits; it is not a signature against someone who recomputes it.
 """
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import re
@@ -51,6 +63,18 @@ class CorruptCheckpointError(CheckpointError):
 
   Attributes:
     paths: the unreadable files.
+  """
+
+  def __init__(self, message: str, paths: tuple[str, ...] = ()):
+    super().__init__(message)
+    self.paths = tuple(paths)
+
+
+class DamagedOutputsError(CheckpointError):
+  """The run's outputs (metric files) no longer match what its checkpoint was sealed with.
+
+  Attributes:
+    paths: the damaged files.
   """
 
   def __init__(self, message: str, paths: tuple[str, ...] = ()):
@@ -107,10 +131,13 @@ def save(directory: str, round_num: int, state: Any, meta: dict,
   base = os.path.join(directory, _NAME.format(round_num))
   leaves = [np.asarray(x) for x in tf.nest.flatten(state)]
   meta = dict(meta, round=int(round_num), num_leaves=len(leaves))
+  outputs = meta.pop(OUTPUTS_KEY, None)
   try:
     os.makedirs(directory, mode=SECRET_DIR_MODE, exist_ok=True)
     os.chmod(directory, SECRET_DIR_MODE)
     _atomic_write(base + ".npz", lambda f: np.savez(f, *leaves), "wb")
+    meta[SEAL_KEY] = {"npz_sha256": file_sha256(base + ".npz"), "outputs": outputs}
+    meta[SEAL_KEY]["json_sha256"] = _meta_digest(meta)
     _atomic_write(base + ".json", lambda f: json.dump(meta, f, indent=1), "w")
   except OSError as e:
     raise OutputDirError(
@@ -120,6 +147,57 @@ def save(directory: str, round_num: int, state: Any, meta: dict,
   for old in sorted(list_rounds(directory))[:-keep]:
     remove(directory, old)
   return base
+
+
+SEAL_KEY = "seal"
+# ``meta[OUTPUTS_KEY]`` passed to :func:`save`: digests of the run's outputs
+# (e.g. the metric rows) that the seal records and a resume must match.
+OUTPUTS_KEY = "outputs"
+
+
+def file_sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def _meta_digest(meta: dict) -> str:
+  """SHA-256 of the JSON's canonical form, without the seal's own ``json_sha256``."""
+  seal = dict(meta.get(SEAL_KEY) or {})
+  seal.pop("json_sha256", None)
+  canonical = json.dumps(dict(meta, **{SEAL_KEY: seal}), sort_keys=True,
+                         separators=(",", ":"))
+  return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def sealed_outputs(meta: dict) -> Optional[dict]:
+  """The output digests a checkpoint was sealed with (see :func:`save`)."""
+  return (meta.get(SEAL_KEY) or {}).get("outputs")
+
+
+def _check_seal(meta: dict, json_path: str, npz_path: str) -> None:
+  """Refuses a checkpoint whose JSON or ``.npz`` does not match its seal (module doc)."""
+  seal = meta.get(SEAL_KEY)
+  if not isinstance(seal, dict) or "json_sha256" not in seal or "npz_sha256" not in seal:
+    raise CorruptCheckpointError(
+        f"checkpoint file {json_path} has no seal (written before checkpoints were sealed, "
+        "or its seal was removed), so it cannot be verified.", (json_path,))
+  if _meta_digest(meta) != seal["json_sha256"]:
+    raise CorruptCheckpointError(
+        f"checkpoint file {json_path} does not match its seal: it was edited or damaged "
+        "after it was written (its sampler, ledger, secret or round cannot be trusted).",
+        (json_path,))
+  try:
+    actual = file_sha256(npz_path)
+  except OSError as e:
+    raise CorruptCheckpointError(
+        f"checkpoint file {npz_path} is unreadable ({e.strerror or e}).", (npz_path,)) from e
+  if actual != seal["npz_sha256"]:
+    raise CorruptCheckpointError(
+        f"checkpoint file {npz_path} does not match its seal: it was replaced (e.g. by "
+        "another round's copy), edited or damaged after it was written.", (npz_path,))
 
 
 def remove(directory: str, round_num: int) -> None:
@@ -174,13 +252,15 @@ def load(directory: str, round_num: int, template: Any) -> tuple[Any, dict]:
   """Returns (state shaped like ``template``, meta).
 
   Raises:
-    CorruptCheckpointError: a file of the checkpoint cannot be read; its
-      ``paths`` name it.
+    CorruptCheckpointError: a file of the checkpoint cannot be read, or does
+      not match the checkpoint's seal (or there is no seal); its ``paths``
+      name it.
     CheckpointMismatchError: the state does not fit ``template`` (another
       model or mode).
   """
   meta = read_meta(directory, round_num)
-  npz_path = paths(directory, round_num)[1]
+  json_path, npz_path = paths(directory, round_num)
+  _check_seal(meta, json_path, npz_path)
   try:
     with np.load(npz_path, allow_pickle=False) as npz:
       leaves = [np.array(npz[f"arr_{i}"]) for i in range(int(meta["num_leaves"]))]

@@ -295,6 +295,7 @@ class RoundDriver:
           f"the checkpoint in {self.checkpoint_dir} is at round {last}, past the "
           f"{total_rounds} rounds asked for. Ask for at least {last} rounds, use another "
           "--output_dir, or --restart to start fresh.")
+    self._check_outputs(meta, last)
     self.sampler.set_state(meta["sampler"])
     if self.ledger is not None:
       # Checkpoints written before the one ledger interface kept a record-level
@@ -304,11 +305,53 @@ class RoundDriver:
                             else meta.get("record_accountant"))
     if self.privacy_randomness is not None:
       self.privacy_randomness.set_state(meta.get("privacy_randomness"))
+    self._check_ledger_round(last)
     logging.info("resumed from round %d (%s)", last, self.checkpoint_dir)
     return state, last
 
+  def _metric_files(self) -> list[str]:
+    return [metrics_lib.RELEASE_FILE] + ([] if self.release_only
+                                         else [metrics_lib.DIAGNOSTICS_FILE])
+
+  def _output_digests(self, round_num: int) -> dict:
+    """Digests of the metric rows 1..``round_num`` (what a checkpoint is sealed with)."""
+    return {name: metrics_lib.rows_digest(os.path.join(self.output_dir, name), round_num)
+            for name in self._metric_files()}
+
+  def _check_outputs(self, meta: dict, round_num: int) -> None:
+    """Refuses to resume when the metric files no longer hold the rows the checkpoint saw.
+
+    A truncated, edited or deleted ``metrics.csv`` (or ``diagnostics.csv``)
+    would resume a run whose written record of rounds 1..r is not the one
+    trained (issue 33).
+    """
+    sealed = checkpoint.sealed_outputs(meta) or {}
+    now = self._output_digests(round_num)
+    for name in self._metric_files():
+      if name in sealed and sealed[name] != now[name]:
+        path = os.path.join(self.output_dir, name)
+        state = "is missing" if now[name] is None else "no longer holds the same rows"
+        raise checkpoint.DamagedOutputsError(
+            f"{path} {state} for rounds 1-{round_num} that the checkpoint at round "
+            f"{round_num} was written with (edited, truncated or deleted); resuming would "
+            "misreport the run. Restore the file from a backup, or run with --restart to "
+            "discard this run and train it again.", (path,))
+
+  def _check_ledger_round(self, round_num: int) -> None:
+    """The restored ledger has charged exactly the checkpoint's rounds (never fewer)."""
+    if self.ledger is None:
+      return
+    state = self.ledger.get_state() or {}
+    charged = state.get("rounds_done", state.get("rounds"))
+    if charged is not None and int(charged) != round_num:
+      raise checkpoint.CheckpointMismatchError(
+          f"the checkpoint in {self.checkpoint_dir} is at round {round_num} but its privacy "
+          f"ledger has charged {charged} rounds; the ε it would report does not match the "
+          "rounds trained. Run with --restart to train this run again.")
+
   def _save(self, state: Any, round_num: int) -> None:
     checkpoint.save(self.checkpoint_dir, round_num, state, {
+        checkpoint.OUTPUTS_KEY: self._output_digests(round_num),
         "fingerprint": self._fingerprint,
         "fingerprint_fields": self._fingerprint_fields,
         "sampler": self.sampler.get_state(),

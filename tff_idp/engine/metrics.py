@@ -21,6 +21,8 @@ gives back ints, floats, None and strings accordingly.
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 import numbers
 import os
@@ -74,6 +76,23 @@ def _round_of(raw: dict) -> int:
 def _read_raw(path: str) -> list[dict]:
   with open(path, newline="") as f:
     return list(csv.DictReader(f))
+
+
+def rows_digest(path: str, up_to_round: int) -> Optional[str]:
+  """SHA-256 of a metric file's raw rows of rounds 1..``up_to_round`` (None if no file).
+
+  What a checkpoint is sealed with (:mod:`tff_idp.engine.checkpoint`): a
+  truncated, edited or deleted file no longer gives the same digest. Rows of
+  later rounds (written after the checkpoint) are left out.
+  """
+  if not os.path.exists(path):
+    return None
+  try:
+    rows = [r for r in _read_raw(path) if _round_of(r) <= up_to_round]
+  except (KeyError, TypeError, ValueError):
+    return "unreadable"
+  text = json.dumps(rows, sort_keys=True, separators=(",", ":"))
+  return hashlib.sha256(text.encode()).hexdigest()
 
 
 class _CsvStream:
