@@ -13,10 +13,13 @@ rounds, c = 30, the 14-layer CNN. Defaults are in `experiments/presets.py`.
 The split is built on first use from `cifar-10-python.tar.gz` (or
 `cifar-10-batches-py/`) in `--data_dir` (see `python -m datasets.build --help`).
 """
+from absl import flags
+
 from experiments import presets
 
 PRESET = presets.PRESETS["cifar10"]
 presets.define_flags(PRESET)
+flags.adopt_module_key_flags(presets)  # --help lists the preset's flags as this command's
 
 if __name__ == "__main__":
   presets.main(PRESET)

@@ -12,10 +12,13 @@ are in `experiments/presets.py`.
 The split is built on first use from TFF's `emnist_all.sqlite` in
 `--data_dir` (see `python -m datasets.build --help`).
 """
+from absl import flags
+
 from experiments import presets
 
 PRESET = presets.PRESETS["fmnist"]
 presets.define_flags(PRESET)
+flags.adopt_module_key_flags(presets)  # --help lists the preset's flags as this command's
 
 if __name__ == "__main__":
   presets.main(PRESET)

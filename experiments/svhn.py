@@ -11,10 +11,13 @@ no non-i.i.d. SVHN): 725 i.i.d. clients over train + extra (604,388 images),
 The split is built on first use from `{train,extra,test}_32x32.mat` (or a
 TFDS-prepared `svhn_cropped/`) in `--data_dir`.
 """
+from absl import flags
+
 from experiments import presets
 
 PRESET = presets.PRESETS["svhn"]
 presets.define_flags(PRESET)
+flags.adopt_module_key_flags(presets)  # --help lists the preset's flags as this command's
 
 if __name__ == "__main__":
   presets.main(PRESET)

@@ -62,3 +62,39 @@ def test_bad_flag_is_refused_before_tensorflow_loads(module, args, expected, tmp
   assert expected in errors[0], errors[0]
   loaded = [m for m in imported if re.match(r"(tensorflow|tensorflow_federated|keras)(\.|$)", m)]
   assert not loaded, f"{module} imported {loaded[:3]} before refusing the flag"
+
+
+# Every command a user runs, with a flag only that module defines (issue 34 item 1).
+HELP_MODULES = [
+    ("experiments.idp_fedavg", "--runs"), ("experiments.rpdp", "--methods"),
+    ("experiments.apes", "--frameworks"), ("experiments.audit", "--controls"),
+    ("experiments.ino_sgd", "--epsilons"), ("experiments.centralized", "--level_ratios"),
+    ("experiments.scf_curves", "--delta"), ("experiments.fmnist", "--runs"),
+    ("experiments.cifar10", "--runs"), ("experiments.svhn", "--runs"),
+    ("tff_idp.idp_fedavg.calibrate", "--epsilons"), ("tff_idp.execution.worker", "--port"),
+]
+
+
+@pytest.mark.parametrize("module,own_flag", HELP_MODULES, ids=[m for m, _ in HELP_MODULES])
+def test_help_lists_the_flags_and_exits_0_before_tensorflow(module, own_flag):
+  """``--help``/``-h`` print the module's own flags (then the shared ones), ``--helpfull`` all.
+
+  Exit status 0, no TensorFlow imported. Bug caught: absl's help flags not
+  defined when the toolkit parses the command line, so ``--help`` was an
+  "Unknown command line flag" with exit 2.
+  """
+  outputs = {}
+  for arg in ("--help", "-h", "--helpfull"):
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", module, arg], capture_output=True,
+        text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, (arg, proc.stderr[-2000:])
+    assert not re.search(r"\|\s+tensorflow\b", proc.stderr), f"{arg} imported TensorFlow"
+    assert "Unknown command line flag" not in proc.stdout + proc.stderr
+    assert f"{own_flag}" in proc.stdout and "(default:" in proc.stdout, proc.stdout[:2000]
+    outputs[arg] = proc.stdout
+  assert outputs["--help"] == outputs["-h"]
+  assert "flags of this command" in outputs["--help"]
+  assert len(outputs["--helpfull"]) > len(outputs["--help"])
+  assert "--verbosity" in outputs["--helpfull"]  # absl's own flags only in --helpfull

@@ -329,15 +329,84 @@ EXPECTED_ERRORS = (TffIdpError, ValueError, FileNotFoundError, NotADirectoryErro
                    PermissionError)
 
 
+HELP_ARGS = ("--help", "-h", "-help", "--helpshort", "-helpshort", "-?")
+HELPFULL_ARGS = ("--helpfull", "-helpfull")
+_PROJECT_PREFIXES = ("experiments.", "tff_idp.", "datasets.", "benchmarks.")
+
+
+def _main_module_names() -> set:
+  """The names absl may file the running module's flags under."""
+  main = sys.modules.get("__main__")
+  spec = getattr(main, "__spec__", None)
+  return {name for name in (sys.argv[0] if sys.argv else None, "__main__",
+                            getattr(spec, "name", None)) if name}
+
+
+def help_text(flag_values: Optional[flags.FlagValues] = None, full: bool = False) -> str:
+  """``--help``: the module's own flags, then the shared ones; ``--helpfull``: every flag.
+
+  Each flag with its one-line help and default, grouped by the module that
+  defines it (absl's format); the module's docstring comes first.
+  """
+  fv = flags.FLAGS if flag_values is None else flag_values
+  main = sys.modules.get("__main__")
+  spec = getattr(main, "__spec__", None)
+  command = (f"python -m {spec.name}" if getattr(spec, "name", None)
+             else os.path.basename(sys.argv[0]) if sys.argv else "python")
+  doc = (getattr(main, "__doc__", None) or "").strip()
+  lines = [f"usage: {command} [--flag=value ...]"]
+  if doc:
+    lines += ["", doc.split("\n\n")[0]]
+  by_module = fv.flags_by_module_dict()
+  # The command's own flags are its module's key flags: those it defines and
+  # those it adopts (``flags.adopt_module_key_flags``, as the presets do).
+  own = [m for m in _main_module_names() if fv.get_key_flags_for_module(m)]
+  own_names = {f.name for m in own for f in fv.get_key_flags_for_module(m)}
+  shared = sorted(m for m in by_module if m not in own and m.startswith(_PROJECT_PREFIXES)
+                  and not {f.name for f in by_module[m]} <= own_names)
+  def section(module: str) -> str:
+    text = fv.module_help(module).strip()
+    name = getattr(spec, "name", None) if module in own else None
+    return text.replace(f"{module}:", f"{name}:", 1) if name else text
+
+  groups = [("flags of this command", own), ("shared flags", shared)]
+  if full:
+    groups.append(("every other flag", sorted(m for m in by_module
+                                              if m not in own and m not in shared)))
+  for title, modules in groups:
+    parts = [section(m) for m in modules]
+    if parts:
+      lines += ["", f"{title}:", ""] + parts
+  if not full:
+    lines += ["", "--helpfull lists every flag, absl's and TensorFlow's included."]
+  return "\n".join(lines)
+
+
+def _exit_on_help(argv: list, fv: flags.FlagValues) -> None:
+  """Prints the help and exits 0 when the command line asks for it (before any other check)."""
+  args = list(argv[1:])
+  if "--" in args:
+    args = args[:args.index("--")]
+  if any(a in HELPFULL_ARGS for a in args):
+    print(help_text(fv, full=True), flush=True)
+    sys.exit(0)
+  if any(a in HELP_ARGS or a in ("--help=true", "--helpshort=true") for a in args):
+    print(help_text(fv), flush=True)
+    sys.exit(0)
+
+
 def parse_flags(argv: list, flag_values: Optional[flags.FlagValues] = None) -> list:
   """absl's flag parsing with the toolkit's rule: one ``error:`` line and exit status 2.
 
   Pass it to ``app.run(main, flags_parser=parse_flags)``. absl's own parser
   prints "FATAL Flags parsing error" and the usage hint and exits 1 for an
   unknown enum value (``--accountant=foo``), a malformed number
-  (``--rounds=1e9``) or an unknown flag.
+  (``--rounds=1e9``) or an unknown flag. ``--help`` / ``-h`` / ``--helpshort``
+  print :func:`help_text` (the module's own flags, then the shared ones) and
+  ``--helpfull`` every flag, with exit status 0, before anything else runs.
   """
   fv = flags.FLAGS if flag_values is None else flag_values
+  _exit_on_help(argv, fv)
   try:
     return fv(argv)
   except flags.Error as e:
