@@ -318,6 +318,12 @@ def _on_sigterm(signum, frame):
   raise _Terminated()
 
 
+def _on_sigint(signum, frame):
+  del signum, frame
+  termination.request_interrupt()  # remembered, as a SIGTERM is
+  raise KeyboardInterrupt()
+
+
 def _verbose() -> bool:
   try:
     return bool(flags.FLAGS[console.VERBOSE_FLAG].value)
@@ -437,15 +443,20 @@ def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
     previous = None
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
       previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_int = None
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+      previous_int = signal.signal(signal.SIGINT, _on_sigint)
     try:
       try:
         check_flags(rules=rules)
         code = main(argv) or 0
-        termination.check()  # a SIGTERM whose exception was dropped on the way
+        termination.check()  # a SIGTERM or Ctrl-C whose exception was dropped on the way
         return code
       except BaseException:
         if termination.requested():  # any error while SIGTERM tears the run down
           raise _Terminated() from None
+        if termination.interrupted():  # any error while Ctrl-C tears the run down
+          raise KeyboardInterrupt() from None
         raise
     except EXPECTED_ERRORS as e:
       if _verbose():
@@ -466,6 +477,8 @@ def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
       release_output_dirs()
       if previous is not None:
         signal.signal(signal.SIGTERM, previous)
+      if previous_int is not None:
+        signal.signal(signal.SIGINT, previous_int)
 
   wrapped.flag_rules = rules
   return wrapped
