@@ -54,8 +54,10 @@ from tff_idp.execution import runtime
 from tff_idp.accounting import exact
 from tff_idp.idp_fedavg import config as config_lib
 
-_BUDGETS = flags.DEFINE_list("budgets", ["1", "2", "3"], "Per-group ε (inf allowed).")
-_RATIOS = flags.DEFINE_list("ratios", ["0.34", "0.43", "0.23"],
+D = config_lib.TRAINING_DEFAULTS  # shared with tff_idp.run_idp_fedavg
+_BUDGETS = flags.DEFINE_list("budgets", [f"{b:g}" for b in D["budgets"]],
+                             "Per-group ε (inf allowed).")
+_RATIOS = flags.DEFINE_list("ratios", [f"{r:g}" for r in D["ratios"]],
                             "Group ratios used by the 'idp' and 'scale' run specs.")
 _RUNS = flags.DEFINE_list(
     "runs", ["nonprivate", "0-0-100", "34-43-23", "54-37-9", "100-0-0", "scale"],
@@ -66,19 +68,22 @@ _SEEDS = flags.DEFINE_list(
     "seeds", [str(s) for s in range(8)],
     "Training seeds (model init, data order, group assignment); accuracies are "
     "averaged over them and runs are paired by seed for the table's t-tests.")
-_ROUNDS = flags.DEFINE_integer("rounds", 20, "Federated rounds.")
+_ROUNDS = flags.DEFINE_integer("rounds", D["rounds"], "Federated rounds.")
 _CLIENTS_PER_ROUND = flags.DEFINE_float(
-    "clients_per_round", 10,
+    "clients_per_round", D["clients_per_round"],
     "Expected clients per round c. The noise on the mean update is z_Δ·C/c per "
     "coordinate; with the default σ_b = 0.05·c it must exceed 20σ.")
-_LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", 5, "Local epochs per round.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 16, "Client batch size.")
-_CLIENT_LR = flags.DEFINE_float("client_learning_rate", 0.6, "Client learning rate.")
-_CLIENT_OPT = flags.DEFINE_enum("client_optimizer", "sgd", ["sgd", "adam"],
+_LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", D["local_epochs"],
+                                     "Local epochs per round.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", D["batch_size"], "Client batch size.")
+_CLIENT_LR = flags.DEFINE_float("client_learning_rate", D["client_learning_rate"],
+                                "Client learning rate.")
+_CLIENT_OPT = flags.DEFINE_enum("client_optimizer", D["client_optimizer"], ["sgd", "adam"],
                                 "Client optimizer.")
-_SERVER_LR = flags.DEFINE_float("server_learning_rate", 1.0, "Server SGD learning rate.")
-_DELTA = flags.DEFINE_float("delta", 1e-4, "Target δ.")
-_ACCOUNTANT = flags.DEFINE_enum("accountant", "rdp", list(exact.ACCOUNTANTS),
+_SERVER_LR = flags.DEFINE_float("server_learning_rate", D["server_learning_rate"],
+                                "Server SGD learning rate.")
+_DELTA = flags.DEFINE_float("delta", D["delta"], "Target δ.")
+_ACCOUNTANT = flags.DEFINE_enum("accountant", D["accountant"], list(exact.ACCOUNTANTS),
                                 "Privacy accountant for calibration and the ledger.")
 _IID = flags.DEFINE_bool(
     "iid", True, "i.i.d. Synthetic (default). --noiid gives Synthetic(α, β), whose "
@@ -92,20 +97,21 @@ _NUM_FEATURES = flags.DEFINE_integer("num_features", 60, "Synthetic feature dime
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 10, "Synthetic classes.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/idp_fedavg",
                                   "Metrics, checkpoints and summaries go here.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 2,
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", D["eval_every"],
                                    "Evaluate every k rounds (the accuracy plot's points).")
-_CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", 10,
+_CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", D["checkpoint_every"],
                                          "Checkpoint every k rounds.")
-_ALLOW_OVERRUN = flags.DEFINE_bool("allow_overrun", False,
+_ALLOW_OVERRUN = flags.DEFINE_bool("allow_overrun", D["allow_overrun"],
                                    "Run past the calibrated rounds (reported).")
-_MAX_RATE = flags.DEFINE_float("max_rate", 1.0, "Cap on any client's sampling rate.")
+_MAX_RATE = flags.DEFINE_float("max_rate", D["max_rate"],
+                               "Cap on any client's sampling rate.")
 _MODEL = flags.DEFINE_enum(
-    "model", "auto", list(model_catalog.MODELS),
+    "model", D["model"], list(model_catalog.MODELS),
     "logreg (multinomial logistic regression) or mlp (64 hidden units) for feature "
     "vectors, cnn (the paper's 14-layer CNN) for images; auto: logreg for vectors, cnn "
     "for images.")
 _HEAD = flags.DEFINE_enum(
-    "head", "softmax", list(model_catalog.HEADS),
+    "head", D["head"], list(model_catalog.HEADS),
     "Output head: softmax (K logits) or sigmoid (one logit; binary labels 0/1).")
 _DATASET = flags.DEFINE_string(
     "dataset", "synthetic",
@@ -123,11 +129,11 @@ _RESTART = flags.DEFINE_bool(
 _DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 _INITIAL_CLIP = flags.DEFINE_float(
-    "initial_clip", 2.5,
+    "initial_clip", D["initial_clip"],
     "Adaptive clipping's C at round 0, near its steady state here. Andrew et al. "
     "2021 start at 0.1, from which C grows at most ×1.105 per round.")
 _CLIPPED_COUNT_STDDEV = flags.DEFINE_float(
-    "clipped_count_stddev", None,
+    "clipped_count_stddev", D["clipped_count_stddev"],
     "σ_b, noise std of the adaptive clip's count bit (Andrew et al. 2021). Default: "
     "0.05·c (c = each run's expected clients per round). Needs σ_b > σ/2; the "
     "value noise z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2) shrinks toward σ as σ_b grows, the "

@@ -39,6 +39,7 @@ from tff_idp.accounting.owner import plan as owner_plan
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.centralized.silo import Silo
 from tff_idp.execution import runtime
+from tff_idp.idp_fedavg import config as idp_config
 from tff_idp.idp_fedavg import runs as runs_lib
 from tff_idp.ino_sgd import methods as ino_methods
 from tff_idp.ino_sgd import runs as ino_runs
@@ -69,18 +70,30 @@ def _shape_and_classes(split) -> tuple[tuple, int, float]:
   return tuple(info.input_shape), int(info.num_classes), float(info.rescale)
 
 
+_IDP = idp_config.TRAINING_DEFAULTS  # the experiments.idp_fedavg flags' defaults
+
+
 def run_idp_fedavg(split, *, output_dir: str,
-                   budgets: Sequence[float] = (1.0, 2.0, 3.0),
-                   ratios: Sequence[float] = (0.34, 0.43, 0.23),
+                   budgets: Sequence[float] = _IDP["budgets"],
+                   ratios: Sequence[float] = _IDP["ratios"],
                    runs: Sequence[str] = ("nonprivate", "idp", "scale"),
-                   rounds: int = 30, clients_per_round: float = 10,
-                   local_epochs: int = 1, batch_size: int = 16,
-                   client_learning_rate: float = 0.1, server_learning_rate: float = 1.0,
-                   client_optimizer: str = "sgd", delta: float = 1e-5,
-                   accountant: str = "rdp", seeds: Sequence[int] = (0,),
-                   model: Union[str, Callable[[], Any]] = "auto", head: str = "softmax",
-                   clipped_count_stddev: Optional[float] = None,
-                   eval_every: int = 5, checkpoint_every: int = 5,
+                   rounds: int = _IDP["rounds"],
+                   clients_per_round: float = _IDP["clients_per_round"],
+                   local_epochs: int = _IDP["local_epochs"],
+                   batch_size: int = _IDP["batch_size"],
+                   client_learning_rate: float = _IDP["client_learning_rate"],
+                   server_learning_rate: float = _IDP["server_learning_rate"],
+                   client_optimizer: str = _IDP["client_optimizer"],
+                   delta: float = _IDP["delta"], accountant: str = _IDP["accountant"],
+                   seeds: Sequence[int] = (0,),
+                   model: Union[str, Callable[[], Any]] = _IDP["model"],
+                   head: str = _IDP["head"],
+                   initial_clip: float = _IDP["initial_clip"],
+                   clipped_count_stddev: Optional[float] = _IDP["clipped_count_stddev"],
+                   max_rate: float = _IDP["max_rate"],
+                   allow_overrun: bool = _IDP["allow_overrun"],
+                   eval_every: int = _IDP["eval_every"],
+                   checkpoint_every: int = _IDP["checkpoint_every"],
                    device: str = "cpu", progress: bool = True,
                    own_runtime: bool = True, client_execution: str = "auto",
                    parallel_clients: Optional[int] = None) -> RunResult:
@@ -97,7 +110,12 @@ def run_idp_fedavg(split, *, output_dir: str,
     model: "auto" | "logreg" | "mlp" | "cnn" (:func:`tff_idp.models.builder_for`)
       or your own zero-argument Keras builder returning logits.
     head: "softmax" or "sigmoid" (binary labels).
+    initial_clip: adaptive clipping's C at round 0.
     clipped_count_stddev: σ_b of adaptive clipping's count (default 0.05·c).
+    max_rate, allow_overrun: as the flags of the same names.
+    Defaults: those of ``experiments.idp_fedavg``
+    (:data:`tff_idp.idp_fedavg.config.TRAINING_DEFAULTS`), except ``runs``
+    and ``seeds``, which the command line sets for its paired comparison.
     client_execution, parallel_clients: where the clients train ("auto" =
       "in_process": in this process, ``parallel_clients`` at once; "tff": as
       TFF client computations, e.g. on a fleet runtime you pass in with
@@ -117,6 +135,8 @@ def run_idp_fedavg(split, *, output_dir: str,
       delta=float(delta), accountant=accountant, output_dir=output_dir,
       eval_every=int(eval_every), checkpoint_every=int(checkpoint_every), progress=progress,
       clipped_count_stddev=clipped_count_stddev, head=head,
+      initial_clip=float(initial_clip), max_rate=float(max_rate),
+      allow_overrun=bool(allow_overrun),
       client_execution=client_execution, parallel_clients=parallel_clients)
   train = split.train_client_data()
   runs_lib.validate(config, len(train.client_ids))
