@@ -332,3 +332,20 @@ def test_api_pipeline_examples_run(family, tmp_path):
   exec(compile(match.group(1), f"docs/api.md:{family}", "exec"), scope)  # pylint: disable=exec-used
   versions = asyncio.run(tff.program.FileProgramStateManager(str(tmp_path)).get_versions())
   assert versions and max(versions) == 3
+
+
+def test_a_source_refuses_rounds_past_its_calibration():
+  """``rounds=T``: the T+1-th selection is refused (the rates' privacy covers T rounds)."""
+  source = RecordDpDataSource(client_arrays(3, examples=5), [np.ones(5)] * 3, client_rate=1.0,
+                              rounds=2)
+  it = source.iterator()
+  it.select(3)
+  it.select(3)
+  with pytest.raises(ToolkitValueError, match="calibrated for 2 rounds"):
+    it.select(3)
+  restored = type(it).from_bytes(it.to_bytes())
+  with pytest.raises(ToolkitValueError, match="calibrated for 2 rounds"):
+    restored.select(3)
+  with pytest.raises(ToolkitValueError, match="rounds"):
+    RecordDpDataSource(client_arrays(3, examples=5), [np.ones(5)] * 3, client_rate=1.0,
+                       rounds=0)

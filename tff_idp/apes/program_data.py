@@ -47,13 +47,15 @@ class ApesDataSource(program_data_source.ClientArraysDataSource):
     epsilons: per user, its budget ε_i (the same multiset the process's
       de-bias was built with).
     batch_size: the users' local batch size.
+    rounds: the rounds the calibration covers; a further ``select`` is refused
+      (``None``: no limit; then you keep count).
     insecure_seed: debug only (NOT PRIVATE).
   """
 
   iterator_cls = ApesIterator
 
   def __init__(self, clients: Sequence, epsilons: Sequence[float], *, batch_size: int = 16,
-               insecure_seed: Optional[int] = None):
+               rounds: Optional[int] = None, insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     eps = clip_laplace.check_epsilon(np.asarray(epsilons, np.float64).ravel(), "epsilons")
     if eps.shape != (len(arrays),):
@@ -62,4 +64,4 @@ class ApesDataSource(program_data_source.ClientArraysDataSource):
       raise ToolkitValueError(f"batch_size={batch_size!r} must be an integer >= 1.")
     super().__init__(arrays, np.ones(len(arrays)),
                      dict(batch_size=int(batch_size), epsilons=[float(e) for e in eps]),
-                     insecure_seed=insecure_seed)
+                     insecure_seed=insecure_seed, rounds=rounds)

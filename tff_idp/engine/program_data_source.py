@@ -93,11 +93,15 @@ class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
     randomness: the iterator's secret (:class:`PrivacyRandomness`).
     clients_per_round: the ``k`` that ``select`` accepts (default: the
       expected cohort Σ rates, rounded).
+    rounds: the rounds the rates were calibrated for; ``select`` refuses a
+      round past them (the privacy analysis covers no more). ``None``: no
+      limit (you keep the ledger).
   """
 
   def __init__(self, clients: Sequence[dict], rates: np.ndarray, options: dict,
                randomness: PrivacyRandomness, clients_per_round: Optional[int] = None,
-               round_num: int = 0, sampler_state: Optional[dict] = None):
+               round_num: int = 0, sampler_state: Optional[dict] = None,
+               rounds: Optional[int] = None):
     self._clients = [dict(c) for c in clients]
     self._rates = np.asarray(rates, np.float64)
     self._options = dict(options)
@@ -106,6 +110,7 @@ class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
     self.clients_per_round = (int(round(expected)) if clients_per_round is None
                               else int(clients_per_round))
     self.round_num = int(round_num)
+    self.rounds = None if rounds is None else int(rounds)
     self._rng = np.random.Generator(np.random.PCG64(randomness.sampling_seed()))
     if sampler_state is not None:
       self._rng.bit_generator.state = sampler_state
@@ -137,6 +142,11 @@ class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
           f"(expected cohort {self.expected_clients_per_round:.4g} clients, so the realised "
           f"cohort varies); select it with k={self.clients_per_round} "
           f"(train_per_round_clients={self.clients_per_round}), not k={k}.")
+    if self.rounds is not None and self.round_num >= self.rounds:
+      raise ToolkitValueError(
+          f"this data source's rates were calibrated for {self.rounds} rounds and "
+          f"{self.round_num} have been selected; a further round would exceed the privacy "
+          "budget. Calibrate for more rounds (and build the source with rounds=...).")
     chosen = np.flatnonzero(self._rng.random(self._rates.size) < self._rates)
     inputs = [self.client_input(int(i), self._randomness.client_seed(str(int(i)),
                                                                      self.round_num))
@@ -155,7 +165,7 @@ class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
   # -- Serializable ----------------------------------------------------------------
   def to_bytes(self) -> bytes:
     """The clients' arrays, rates, settings, round, sampler state and secret (sensitive)."""
-    header = {"options": self._options, "round_num": self.round_num,
+    header = {"options": self._options, "round_num": self.round_num, "rounds": self.rounds,
               "clients_per_round": self.clients_per_round,
               "sampler_state": self._rng.bit_generator.state,
               "randomness": self._randomness.get_state(),
@@ -178,7 +188,7 @@ class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
     randomness.set_state(header["randomness"])
     return cls(clients, rates, header["options"], randomness,
                clients_per_round=header["clients_per_round"], round_num=header["round_num"],
-               sampler_state=header["sampler_state"])
+               sampler_state=header["sampler_state"], rounds=header.get("rounds"))
 
   def __deepcopy__(self, memo: dict) -> "ClientArraysIterator":
     """A copy with its own sampler and round (``train_model`` copies the iterator every round).
@@ -201,6 +211,7 @@ class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
     return (same_arrays and np.array_equal(self._rates, other._rates)
             and self._options == other._options and self.round_num == other.round_num
             and self.clients_per_round == other.clients_per_round
+            and self.rounds == other.rounds
             and self._rng.bit_generator.state == other._rng.bit_generator.state
             and self._randomness.get_state() == other._randomness.get_state())
 
@@ -216,9 +227,14 @@ class ClientArraysDataSource(tff.program.FederatedDataSource):
   iterator_cls: type = ClientArraysIterator
 
   def __init__(self, clients: Sequence[dict], rates: np.ndarray, options: dict,
-               clients_per_round: Optional[int] = None, insecure_seed: Optional[int] = None):
+               clients_per_round: Optional[int] = None, insecure_seed: Optional[int] = None,
+               rounds: Optional[int] = None):
+    if rounds is not None and (isinstance(rounds, bool) or int(rounds) != rounds
+                               or rounds < 1):
+      raise ToolkitValueError(f"rounds={rounds!r} must be an integer >= 1 or None.")
     self._args = (list(clients), np.asarray(rates, np.float64), dict(options))
     self._clients_per_round = clients_per_round
+    self._rounds = rounds
     self._insecure_seed = insecure_seed
     prototype = self.iterator()
     self._type = prototype.federated_type
@@ -233,7 +249,7 @@ class ClientArraysDataSource(tff.program.FederatedDataSource):
     randomness = (PrivacyRandomness.secret() if self._insecure_seed is None else
                   PrivacyRandomness.from_seed(self._insecure_seed, type(self).__name__))
     return self.iterator_cls(*self._args, randomness,
-                             clients_per_round=self._clients_per_round)
+                             clients_per_round=self._clients_per_round, rounds=self._rounds)
 
 
 def _type_of(value: Any) -> tff.types.Type:

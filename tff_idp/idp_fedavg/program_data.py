@@ -66,6 +66,8 @@ class IdpFedAvgDataSource(program_data_source.ClientArraysDataSource):
     clip_scales: SCALE only: per client, its clip scale s_i ∈ (0, 1]
       (``get_group_clip_scales``); build the process with
       ``per_client_clip_scale=True``.
+    rounds: the rounds the calibration covers; a further ``select`` is refused
+      (``None``: no limit; then you keep count).
     insecure_seed: debug only: derive the sampling and shuffling secrets from
       this seed (NOT PRIVATE: the cohorts become predictable).
   """
@@ -75,7 +77,7 @@ class IdpFedAvgDataSource(program_data_source.ClientArraysDataSource):
   def __init__(self, clients: Sequence, sampling_rates: Sequence[float], *,
                batch_size: int = 16, local_epochs: int = 1,
                clip_scales: Optional[Sequence[float]] = None,
-               insecure_seed: Optional[int] = None):
+               rounds: Optional[int] = None, insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     rates = program_data_source.check_rates(sampling_rates, len(arrays), "sampling rate")
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
@@ -90,4 +92,4 @@ class IdpFedAvgDataSource(program_data_source.ClientArraysDataSource):
       scales = [float(s) for s in scales]
     super().__init__(arrays, rates, dict(batch_size=int(batch_size),
                                          local_epochs=int(local_epochs), clip_scales=scales),
-                     insecure_seed=insecure_seed)
+                     insecure_seed=insecure_seed, rounds=rounds)

@@ -44,6 +44,8 @@ class RecordDpDataSource(program_data_source.ClientArraysDataSource):
     client_rate: λ, every client's sampling rate per round; the expected
       cohort λ·N, rounded, is the ``train_per_round_clients`` to pass.
     batch_size: records per ``tf.data`` batch (the client concatenates them).
+    rounds: the rounds the calibration covers; a further ``select`` is refused
+      (``None``: no limit; then you keep count).
     insecure_seed: debug only (NOT PRIVATE), as for IDP-FedAvg's source.
   """
 
@@ -51,7 +53,7 @@ class RecordDpDataSource(program_data_source.ClientArraysDataSource):
 
   def __init__(self, clients: Sequence, record_rates: Sequence[Sequence[float]], *,
                client_rate: float, batch_size: int = 512,
-               insecure_seed: Optional[int] = None):
+               rounds: Optional[int] = None, insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     if len(record_rates) != len(arrays):
       raise ToolkitValueError(f"give record rates for every client: got {len(record_rates)} "
@@ -64,4 +66,4 @@ class RecordDpDataSource(program_data_source.ClientArraysDataSource):
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
       raise ToolkitValueError(f"batch_size={batch_size!r} must be an integer >= 1.")
     super().__init__(arrays, rates, dict(batch_size=int(batch_size)),
-                     insecure_seed=insecure_seed)
+                     insecure_seed=insecure_seed, rounds=rounds)
