@@ -22,29 +22,57 @@ IDP_FEDAVG_SHARED = ["budgets", "ratios", "rounds", "clients_per_round", "local_
                      "checkpoint_every", "model", "head", "device", "progress",
                      "client_execution", "parallel_clients"]
 
+# rPDP-FL's runner takes None for "the command line's default" (rpdp/defaults.py).
+RPDP_SHARED = ["rounds", "local_steps", "client_rate", "noise_multiplier", "clip_norm",
+               "learning_rate", "delta", "threat_model", "privacy_free_batch", "eval_every",
+               "checkpoint_every", "methods", "estimator", "model", "head", "budget_seed",
+               "fresh_budgets_per_seed", "device", "progress", "client_execution",
+               "parallel_clients"]
+
 _PROBE = """
-import inspect, json, sys
+import importlib, inspect, json, sys
 from absl import flags
-import experiments.idp_fedavg
+module, runner, names = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+importlib.import_module(module)
 from tff_idp import runners
+from tff_idp.rpdp import defaults as rpdp_defaults
 flags.FLAGS(["x"])
-names = json.loads(sys.argv[1])
-params = inspect.signature(runners.run_idp_fedavg).parameters
+params = inspect.signature(getattr(runners, runner)).parameters
+def number_or_text(x):
+  try:
+    return float(x)
+  except (TypeError, ValueError):
+    return str(x)
 def norm(v):
   if isinstance(v, (list, tuple)):
-    return [float(x) for x in v]
+    return [number_or_text(x) for x in v]
   return v
-print(json.dumps({n: [norm(flags.FLAGS[n].value), norm(params[n].default)] for n in names}))
+def runner_default(name):
+  value = params[name].default
+  if value is None and runner == "run_rpdp":
+    value = rpdp_defaults.DEFAULTS.get(name)
+  return value
+print(json.dumps({n: [norm(flags.FLAGS[n].value), norm(runner_default(n))] for n in names}))
 """
+
+
+def _compare(module, runner, names):
+  proc = subprocess.run([sys.executable, "-c", _PROBE, module, runner, json.dumps(names)],
+                        capture_output=True, text=True, timeout=300, cwd=ROOT,
+                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  pairs = json.loads(proc.stdout.strip().splitlines()[-1])
+  return {n: v for n, v in pairs.items() if v[0] != v[1]}
 
 
 def test_idp_fedavg_command_line_and_runner_share_their_defaults():
   """Bug caught: run_idp_fedavg starting adaptive clipping at 0.1 (the CLI: 2.5) with
   one local epoch at lr 0.1 (the CLI: 5 at 0.6), 7-12 points lower on the digits."""
-  proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(IDP_FEDAVG_SHARED)],
-                        capture_output=True, text=True, timeout=300, cwd=ROOT,
-                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  pairs = json.loads(proc.stdout.strip().splitlines()[-1])
-  differ = {n: v for n, v in pairs.items() if v[0] != v[1]}
+  differ = _compare("experiments.idp_fedavg", "run_idp_fedavg", IDP_FEDAVG_SHARED)
+  assert not differ, differ
+
+
+def test_rpdp_command_line_and_runner_share_their_defaults():
+  """rPDP-FL's settings come from rpdp/defaults.py in both entry points."""
+  differ = _compare("experiments.rpdp", "run_rpdp", RPDP_SHARED)
   assert not differ, differ
