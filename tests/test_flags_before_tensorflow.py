@@ -41,6 +41,17 @@ CASES = [
     ("experiments.centralized", ["--level_ratios=0.5,0.2,0.1"], "sum to"),
     ("experiments.scf_curves", ["--delta=2"], "--delta"),
     ("tff_idp.idp_fedavg.calibrate", ["--delta=0"], "--delta"),
+    # issue 33: a repeated seed counted one run twice (sd 0.00, a t-test with df=1)
+    ("experiments.idp_fedavg", ["--seeds=0,0"], "appears more than once"),
+    ("experiments.rpdp", ["--seeds=1,1,2"], "appears more than once"),
+    ("experiments.audit", ["--seeds=0,0"], "appears more than once"),
+    ("experiments.fmnist", ["--seeds=2,2"], "appears more than once"),
+    ("experiments.ino_sgd", ["--seeds=3,3"], "appears more than once"),
+    ("experiments.centralized", ["--seeds=0,0"], "appears more than once"),
+    # issue 33: words that are not flags were ignored
+    ("experiments.rpdp", ["rounds=3"], "unexpected argument"),
+    ("experiments.idp_fedavg", ["--rounds=3", "extra"], "unexpected argument"),
+    ("tff_idp.idp_fedavg.calibrate", ["epsilons=1"], "unexpected argument"),
 ]
 
 

@@ -170,6 +170,10 @@ LIST_RULES: dict[str, Rule] = {
 }
 
 
+# List flags whose items must be distinct (issue 33: --seeds=0,0 reported "n=2 seeds, sd 0.00").
+UNIQUE_LISTS: dict[str, str] = {"seeds": "seed"}
+
+
 def _fail(name: str, value, rule: Rule, item: Optional[str] = None) -> ToolkitValueError:
   what = rule.meaning or "the value"
   if item is not None:
@@ -230,8 +234,14 @@ def check_flags(flag_values: Optional[flags.FlagValues] = None,
     if value is None:
       continue
     if name in LIST_RULES and isinstance(value, list):
-      for item in value:
-        parse_item(name, item, LIST_RULES[name], full=",".join(value))
+      parsed = [parse_item(name, item, LIST_RULES[name], full=",".join(value))
+                for item in value]
+      if name in UNIQUE_LISTS and len(set(parsed)) != len(parsed):
+        repeated = sorted({str(v) for v in parsed if parsed.count(v) > 1})
+        raise ToolkitValueError(
+            f"--{name}={','.join(value)}: {', '.join(repeated)} appears more than once; "
+            f"give each {UNIQUE_LISTS[name]} once (a repeated seed would count one run as "
+            "two in the mean, the sd and the paired t-test).")
       continue
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       continue
@@ -240,6 +250,19 @@ def check_flags(flag_values: Optional[flags.FlagValues] = None,
       rule = Rule("int", low=0) if isinstance(value, int) else Rule("float")
     if not rule.ok(value):
       raise _fail(name, value, rule)
+
+
+def refuse_positional(argv: Optional[list]) -> None:
+  """Refuses words after the command that are not flags (absl leaves them in ``argv``).
+
+  ``python -m experiments.rpdp rounds=3`` or a flag missing its ``--`` used
+  to be ignored silently (issue 33).
+  """
+  stray = list(argv or [])[1:]
+  if stray:
+    raise ToolkitValueError(
+        f"unexpected argument(s) {' '.join(repr(a) for a in stray)}: this command takes "
+        "flags only, written --name=value (see --help).")
 
 
 # ----------------------------------------------------------------- output dir
@@ -448,6 +471,7 @@ def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
       previous_int = signal.signal(signal.SIGINT, _on_sigint)
     try:
       try:
+        refuse_positional(argv)
         check_flags(rules=rules)
         code = main(argv) or 0
         termination.check()  # a SIGTERM or Ctrl-C whose exception was dropped on the way
@@ -498,8 +522,9 @@ def launch(main: Callable[[list], Optional[int]],
   Sequential model fails with "Output tensors of a Sequential model must be
   the output of a TensorFlow `Layer`".
   """
-  parse_flags(sys.argv)
+  remaining = parse_flags(sys.argv)
   try:
+    refuse_positional(remaining)
     check_flags(rules=getattr(main, "flag_rules", None))
     if check is not None:
       check()
