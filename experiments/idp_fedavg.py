@@ -171,6 +171,11 @@ def check() -> None:
   """Every check the flags need no data for (run by ``cli.launch`` before TensorFlow)."""
   worker_flags.runtime_kwargs()
   config_lib.check_settings(training_config())
+  if _DATASET.value == "synthetic" and _CLIENTS_PER_ROUND.value > _NUM_CLIENTS.value:
+    raise ValueError(
+        f"--clients_per_round={_CLIENTS_PER_ROUND.value:g} exceeds --num_clients="
+        f"{_NUM_CLIENTS.value}: the expected cohort cannot be larger than the federation; "
+        "lower --clients_per_round or raise --num_clients.")
 
 
 @cli.entry

@@ -52,6 +52,12 @@ CASES = [
     ("experiments.rpdp", ["rounds=3"], "unexpected argument"),
     ("experiments.idp_fedavg", ["--rounds=3", "extra"], "unexpected argument"),
     ("tff_idp.idp_fedavg.calibrate", ["epsilons=1"], "unexpected argument"),
+    # issue 33 item 4: refused only after TensorFlow loaded
+    ("experiments.idp_fedavg", ["--dataset=/no/such/split"], "no such split directory"),
+    ("experiments.rpdp", ["--dataset=/no/such/split"], "no such split directory"),
+    ("experiments.ino_sgd", ["--dataset=/no/such/split"], "no such split directory"),
+    ("experiments.idp_fedavg", ["--num_clients=50", "--clients_per_round=60"],
+     "clients_per_round"),
 ]
 
 
@@ -109,3 +115,22 @@ def test_help_lists_the_flags_and_exits_0_before_tensorflow(module, own_flag):
   assert "flags of this command" in outputs["--help"]
   assert len(outputs["--helpfull"]) > len(outputs["--help"])
   assert "--verbosity" in outputs["--helpfull"]  # absl's own flags only in --helpfull
+
+
+@pytest.mark.parametrize("module", ["experiments.idp_fedavg", "experiments.rpdp",
+                                    "experiments.apes", "experiments.ino_sgd",
+                                    "experiments.audit", "experiments.centralized"])
+@pytest.mark.parametrize("where", ["a_file", "under_a_file"])
+def test_an_unusable_output_dir_is_refused_before_tensorflow(module, where, tmp_path):
+  """Issue 33 item 4: --output_dir problems were refused only after TensorFlow loaded."""
+  blocker = tmp_path / "a_file"
+  blocker.write_text("not a directory")
+  out = blocker if where == "a_file" else blocker / "runs"
+  proc = subprocess.run(
+      [sys.executable, "-X", "importtime", "-m", module, f"--output_dir={out}"],
+      capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL,
+      env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = [l for l in proc.stderr.splitlines() if not l.startswith("import time:")]
+  assert lines == [lines[0]] and lines[0].startswith("error: --output_dir="), lines
+  assert not re.search(r"\|\s+tensorflow\b", proc.stderr)

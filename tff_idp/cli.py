@@ -284,6 +284,53 @@ def refuse_inapplicable(names, why: str,
                             f"{'it' if len(given) == 1 else 'them'}.")
 
 
+def check_output_dir(path: Optional[str], flag: str = "output_dir") -> None:
+  """The data-free part of :func:`prepare_output_dir`: refuses, creating nothing, a ``path``
+  that is a file, lies under a file, or cannot be written (issue 33: these used to be
+  refused only after TensorFlow had loaded, 15-26 s in).
+  """
+  if path is None:
+    return
+  if not path:
+    raise OutputDirError(f"--{flag} is empty; give a directory for the results.")
+  path = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+  if os.path.exists(path):
+    if not os.path.isdir(path):
+      raise OutputDirError(f"--{flag}={path} exists and is not a directory; give a directory.")
+    if not os.access(path, os.W_OK | os.X_OK):
+      raise OutputDirError(f"--{flag}={path} is not writable; choose another directory or "
+                           "fix its permissions.")
+    return
+  parent = os.path.dirname(path)
+  while parent and not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if parent and not os.path.isdir(parent):
+    raise OutputDirError(f"--{flag}={path} cannot be created: {parent} is a file, not a "
+                         "directory; choose another directory.")
+  if parent and not os.access(parent, os.W_OK | os.X_OK):
+    raise OutputDirError(f"--{flag}={path} cannot be created: {parent} is not writable; "
+                         "choose another directory.")
+
+
+# The --dataset values that name no directory: the embedded federation, a
+# built-in builder (datasets/specs.py) or a TFDS dataset.
+NAMED_DATASETS = ("synthetic", "fmnist", "cifar10", "svhn")
+
+
+def check_dataset_flag(value: Optional[str], flag: str = "dataset") -> None:
+  """Refuses, before TensorFlow loads, a ``--dataset`` path that does not exist (issue 33)."""
+  if not value or value in NAMED_DATASETS or value.startswith("tfds:"):
+    return
+  path = os.path.expanduser(value)
+  if not os.path.exists(path):
+    raise ToolkitValueError(
+        f"--{flag}={value}: no such split directory. Give a directory written by "
+        "datasets.from_arrays(...).save(dir) or python -m datasets.build, tfds:<name>, or "
+        f"one of {', '.join(NAMED_DATASETS)}.")
+  if not os.path.isdir(path):
+    raise ToolkitValueError(f"--{flag}={value} is a file; give a split directory.")
+
+
 def prepare_output_dir(path: str, flag: str = "output_dir") -> str:
   """Creates ``path``, checks it is writable and locks it for this process.
 
@@ -526,6 +573,10 @@ def launch(main: Callable[[list], Optional[int]],
   try:
     refuse_positional(remaining)
     check_flags(rules=getattr(main, "flag_rules", None))
+    if "output_dir" in flags.FLAGS:
+      check_output_dir(flags.FLAGS["output_dir"].value)
+    if "dataset" in flags.FLAGS:
+      check_dataset_flag(flags.FLAGS["dataset"].value)
     if check is not None:
       check()
   except EXPECTED_ERRORS as e:
