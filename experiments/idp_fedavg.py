@@ -52,6 +52,7 @@ from tff_idp import cli
 from tff_idp import model_catalog
 from tff_idp.execution import runtime
 from tff_idp.accounting import exact
+from tff_idp.accounting import validation
 from tff_idp.idp_fedavg import config as config_lib
 
 D = config_lib.TRAINING_DEFAULTS  # shared with tff_idp.run_idp_fedavg
@@ -171,11 +172,8 @@ def check() -> None:
   """Every check the flags need no data for (run by ``cli.launch`` before TensorFlow)."""
   worker_flags.runtime_kwargs()
   config_lib.check_settings(training_config())
-  if _DATASET.value == "synthetic" and _CLIENTS_PER_ROUND.value > _NUM_CLIENTS.value:
-    raise ValueError(
-        f"--clients_per_round={_CLIENTS_PER_ROUND.value:g} exceeds --num_clients="
-        f"{_NUM_CLIENTS.value}: the expected cohort cannot be larger than the federation; "
-        "lower --clients_per_round or raise --num_clients.")
+  if _DATASET.value == "synthetic":  # the embedded federation's size is known before any data
+    validation.check_cohort(_CLIENTS_PER_ROUND.value, _NUM_CLIENTS.value)
 
 
 @cli.entry
