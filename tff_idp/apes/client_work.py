@@ -61,6 +61,7 @@ from tensorflow_federated.python.learning.templates import proximal_client_work
 from tff_idp.errors import ToolkitValueError
 from tff_idp.apes import clip_laplace, debias, sparsify
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
+from tff_idp.engine import tff_composition
 from tff_idp.engine.tff_composition import CLIENT_LOOP
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
@@ -242,13 +243,7 @@ def build_ldp_client_work(
     return tff.learning.templates.ClientResult(
         update=as_report(report), update_weight=tf.constant(1.0, tf.float32))
 
-  @tff.tensorflow.computation
-  def initial_round():
-    return tf.constant(0, tf.int64)
-
-  @tff.tensorflow.computation(np.int64)
-  def next_round(round_num):
-    return round_num + 1
+  initial_round, next_round = tff_composition.round_counter()
 
   @tff.tensorflow.computation
   def no_measurements():

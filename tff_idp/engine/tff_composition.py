@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 # How every client's local training loop is built (issue 14, measured in
@@ -43,3 +45,23 @@ def map_client_results(inner: tff.learning.templates.ClientWorkProcess, side_nam
   return tff.learning.templates.ClientWorkProcess(
       inner.initialize, next_fn, get_hparams_fn=inner.get_hparams,
       set_hparams_fn=inner.set_hparams)
+
+
+def round_counter() -> tuple[tff.Computation, tff.Computation]:
+  """A client work's round counter as TFF computations: ``(initial, advance)``.
+
+  ``initial() -> int64 0`` and ``advance(r) -> r + 1``. rPDP-FL's and APES's
+  client works keep it as their server state and broadcast it, and each
+  client folds it into its secret seed, so noise is fresh every round even
+  when a pipeline feeds the same client data again (issue 31).
+  """
+
+  @tff.tensorflow.computation
+  def initial():
+    return tf.constant(0, tf.int64)
+
+  @tff.tensorflow.computation(np.int64)
+  def advance(round_num):
+    return round_num + 1
+
+  return initial, advance

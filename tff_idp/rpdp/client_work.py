@@ -34,6 +34,7 @@ import tensorflow_federated as tff
 
 from tff_idp.engine import client_execution as client_execution_lib
 from tff_idp.engine import in_process_round
+from tff_idp.engine import tff_composition
 from tff_idp.rpdp import dp_sgd
 from tff_idp.rpdp import in_process
 from tff_idp.rpdp import record_stats
@@ -108,13 +109,7 @@ def build_record_dp_client_work(
   stats_type = client_update.type_signature.result[1]
   finalize_stats = tff.tensorflow.computation(record_stats.finalize, stats_type)
 
-  @tff.tensorflow.computation
-  def initial_round():
-    return tf.constant(0, tf.int64)
-
-  @tff.tensorflow.computation(np.int64)
-  def next_round(round_num):
-    return round_num + 1
+  initial_round, next_round = tff_composition.round_counter()
 
   @tff.federated_computation
   def init_fn():
