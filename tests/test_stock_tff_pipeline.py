@@ -314,7 +314,7 @@ def test_data_sources_refuse_bad_input():
     ApesDataSource(arrays, [1.0, 2.0])
 
 
-@pytest.mark.parametrize("family", ["idp_fedavg", "rpdp", "apes"])
+@pytest.mark.parametrize("family", ["idp_fedavg", "rpdp", "ino_sgd", "apes"])
 def test_api_pipeline_examples_run(family, tmp_path):
   """docs/api.md's "Using the pieces in your own TFF pipeline" examples, executed as printed.
 
