@@ -136,7 +136,8 @@ _INITIAL_CLIP = flags.DEFINE_float(
 _CLIPPED_COUNT_STDDEV = flags.DEFINE_float(
     "clipped_count_stddev", D["clipped_count_stddev"],
     "σ_b, noise std of the adaptive clip's count bit (Andrew et al. 2021). Default: "
-    "0.05·c (c = each run's expected clients per round). Needs σ_b > σ/2; the "
+    "0.05·c (c = each run's expected clients per round), or σ where 0.05·c <= σ/2 "
+    "would be infeasible (then z_Δ ≈ 1.155σ). Needs σ_b > σ/2; the "
     "value noise z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2) shrinks toward σ as σ_b grows, the "
     "clip's estimate gets noisier. Accounted either way: the ledger charges σ.")
 privacy_flags.define()

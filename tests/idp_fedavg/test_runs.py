@@ -66,3 +66,27 @@ def test_client_sampler_is_seeded_from_the_run_secret_not_the_public_seed(monkey
   assert secret_a != secret_b
   assert debug_a == debug_b
   assert secret_a != debug_a
+
+
+def test_default_count_noise_is_feasible_whenever_the_calibration_is(tmp_path):
+  """Issue 33 item 6: --rounds=200 was refused for 100-0-0 (σ >= 2·0.05·c); the default now
+  falls back to σ_b = σ (z_Δ = σ/√0.75), and settings where 0.05·c works are unchanged."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import math  # pylint: disable=g-import-not-at-top
+  family = _family(tmp_path)
+  long = dataclasses.replace(family.config, rounds=200, runs=["100-0-0"])
+  spec = runs.privacy_plan.parse_run_spec("100-0-0", [0.34, 0.43, 0.23], 3)
+  plan = runs.privacy_plan.make_privacy_plan(spec, long.budgets, 200, long.clients_per_round,
+                                             long.rounds, long.delta, long.accountant, seed=0)
+  assert plan.noise_multiplier >= 2 * 0.05 * long.clients_per_round  # the old default fails
+  sigma_b, z_value = runs.noise_split(long, plan)
+  assert sigma_b == plan.noise_multiplier
+  assert z_value == pytest.approx(plan.noise_multiplier / math.sqrt(0.75), rel=1e-9)
+  short = dataclasses.replace(family.config, rounds=2, runs=["nonprivate"], budgets=[8.0, 8.0, 8.0])
+  easy = runs.privacy_plan.make_privacy_plan(spec, short.budgets, 200, short.clients_per_round,
+                                             short.rounds, short.delta, short.accountant, seed=0)
+  assert easy.noise_multiplier < 2 * 0.05 * easy.expected_clients_per_round
+  assert runs.noise_split(short, easy)[0] == pytest.approx(0.05 * easy.expected_clients_per_round)
+  explicit = dataclasses.replace(long, clipped_count_stddev=0.1)
+  with pytest.raises(ValueError, match="--clipped_count_stddev > σ/2"):
+    runs.noise_split(explicit, plan)

@@ -118,14 +118,23 @@ def _clip_kwargs(config: TrainingConfig) -> dict:
 
 
 def clipped_count_stddev(config: TrainingConfig, plan: privacy_plan.PrivacyPlan) -> float:
-  """σ_b of one run: ``config.clipped_count_stddev``, or 0.05·c when None.
+  """σ_b of one run: ``config.clipped_count_stddev``, or by default 0.05·c, or σ.
 
   c is the run's expected clients per round (``plan.expected_clients_per_round``),
   the normaliser of the adaptive clip's count (Andrew et al. 2021 use σ_b = c/20).
+  Adaptive clipping needs σ < 2σ_b, so where 0.05·c <= σ/2 (long runs, small
+  cohorts: issue 33 found ``--rounds=200`` refused for 100-0-0) the default is
+  σ_b = σ instead: the count bit then takes a quarter of the noise budget
+  (z_Δ = σ/√(3/4) ≈ 1.155σ), and the default is feasible whenever the
+  calibration is. Settings where 0.05·c works are unchanged.
   """
   if config.clipped_count_stddev is not None:
     return float(config.clipped_count_stddev)
-  return aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION * plan.expected_clients_per_round
+  default = aggregators.DEFAULT_CLIPPED_COUNT_STDDEV_FRACTION * plan.expected_clients_per_round
+  sigma = plan.noise_multiplier
+  if sigma is not None and sigma >= 2.0 * default:
+    return float(sigma)
+  return default
 
 
 def noise_split(config: TrainingConfig, plan: privacy_plan.PrivacyPlan,
