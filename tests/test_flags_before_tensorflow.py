@@ -58,6 +58,10 @@ CASES = [
     ("experiments.ino_sgd", ["--dataset=/no/such/split"], "no such split directory"),
     ("experiments.idp_fedavg", ["--num_clients=50", "--clients_per_round=60"],
      "clients_per_round"),
+    # issue 33 item 3: accepted silently
+    ("experiments.idp_fedavg", ["--audit_canaries=5", "--runs=nonprivate"],
+     "only non-private"),
+    ("experiments.audit", ["--hidden=0"], "--hidden=0"),
 ]
 
 

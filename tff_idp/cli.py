@@ -152,6 +152,7 @@ RULES: dict[str, Rule] = {
         "int", low=-1, meaning="parallel client computations (-1: no limit)"),
     "worker_retries": _nonneg_int("retries of a computation on the workers left"),
     "parallel_clients": _pos_int("clients trained at once in this process"),
+    "hidden": Rule("int", low=1, meaning="hidden units"),
     "worker_connect_timeout_s": _pos_float("seconds every worker has to answer"),
     "worker_rpc_timeout_s": _pos_float("deadline of each call to a worker, seconds"),
 }

@@ -114,8 +114,14 @@ def check_settings(config: TrainingConfig) -> None:
                        "the default).")
   if config.audit_canaries < 0:
     raise ValueError(f"--audit_canaries={config.audit_canaries} must be >= 0 (0 = off).")
+  specs = []
   for text in config.runs:
     try:
-      privacy_plan.parse_run_spec(text, config.ratios, len(config.budgets))
+      specs.append(privacy_plan.parse_run_spec(text, config.ratios, len(config.budgets)))
     except ValueError as e:
       raise ValueError(f"--runs: {e}") from None
+  if config.audit_canaries and all(spec.mode == "nonprivate" for spec in specs):
+    raise ValueError(
+        f"--audit_canaries={config.audit_canaries} audits DP runs, but --runs has only "
+        "non-private ones; add a DP run spec (e.g. --runs=nonprivate,34-43-23) or drop "
+        "--audit_canaries.")
