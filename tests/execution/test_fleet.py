@@ -402,3 +402,23 @@ def test_bad_worker_flags_fail_with_advice(module, base, tmp_path):
                                       [a for a, _ in cases])
   for result, (_, pattern) in zip(results, cases):
     flag_driver.assert_fails_with_advice(result, pattern)
+
+
+def test_a_worker_on_a_busy_port_says_so_in_one_line(tmp_path):
+  """Issue 33 item 5: a busy --port ended in a 27-line RuntimeError after 19 s."""
+  import socket as socket_lib  # pylint: disable=g-import-not-at-top
+  holder = socket_lib.socket(socket_lib.AF_INET, socket_lib.SOCK_STREAM)
+  holder.bind(("0.0.0.0", 0))
+  holder.listen(1)
+  port = holder.getsockname()[1]
+  try:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tff_idp.execution.worker", f"--port={port}"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  finally:
+    holder.close()
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines() == [
+      f"error: --port={port} is already in use by another process; choose a free port "
+      "(or stop the process holding it)."], proc.stderr[-2000:]

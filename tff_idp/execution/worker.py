@@ -27,7 +27,9 @@ an untrusted network. Plaintext is for loopback and trusted clusters.
 """
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 import sys
 import threading
 import time
@@ -175,12 +177,38 @@ def serve(port: int, device: str = "cpu", gpu_ids=None, max_concurrent_computati
       signal.signal(sig, handler)
 
 
+def check_port_free(port: int, flag: str = "port") -> None:
+  """Refuses a port another process listens on, before the worker starts (issue 33).
+
+  The TFF worker binary exits with code 0 at start-up when its port is
+  taken, which surfaced as a 27-line RuntimeError after 19 s.
+  """
+  for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+    try:
+      sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:
+      continue  # this address family is not available here
+    try:
+      # SO_REUSEADDR: a port left in TIME_WAIT is free to listen on; only a listener refuses.
+      sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      sock.bind((host, port))
+    except OSError as e:
+      if e.errno == errno.EADDRINUSE:
+        raise ValueError(f"--{flag}={port} is already in use by another process; choose a "
+                         "free port (or stop the process holding it).") from None
+    finally:
+      sock.close()
+
+
 @cli.entry
 def main(argv) -> int:
   if len(argv) > 1:
     raise ValueError(f"unexpected arguments: {' '.join(argv[1:])}")
   if _PORT.value is None:
     raise ValueError("--port is required: the port the fleet connects to, e.g. --port=8000.")
+  check_port_free(_PORT.value)
+  if _INTERNAL_PORT.value:
+    check_port_free(_INTERNAL_PORT.value, "internal_port")
   return serve(_PORT.value, _DEVICE.value,
                [int(i) for i in _GPU_IDS.value] if _GPU_IDS.value else None,
                _MAX_CALLS.value, _LOG_PATH.value, _TLS_CERT.value, _TLS_KEY.value,
