@@ -83,9 +83,12 @@ def test_the_cli_reports_a_swallowed_ctrl_c_as_interrupted(capsys):
     return 0
 
   termination.reset()
+  # Python's own Ctrl-C handler, as in a command line (a pytest-xdist worker ignores SIGINT).
+  outer = signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
     assert cli.entry(main)([]) == 130
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
   finally:
+    signal.signal(signal.SIGINT, outer)
     termination.reset()
   assert cli.INTERRUPTED in capsys.readouterr().err
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

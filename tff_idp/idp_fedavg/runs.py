@@ -155,14 +155,12 @@ def noise_split(config: TrainingConfig, plan: privacy_plan.PrivacyPlan,
     raise ValueError(f"--clipped_count_stddev={sigma_b} must be a finite number > 0.")
   try:
     z_value = aggregators.value_noise_multiplier(plan.noise_multiplier, sigma_b)
-  except ValueError:
-    default = ("" if config.clipped_count_stddev is not None else
-               f" (the default 0.05·c = {sigma_b:.4g})")
+  except ValueError:  # only an explicit --clipped_count_stddev can be too small
     raise ValueError(
         f"run {run_name or plan.spec.name}: adaptive clipping needs σ < 2·σ_b, i.e. "
         f"--clipped_count_stddev > σ/2 = {plan.noise_multiplier / 2:.4g} for "
-        f"σ={plan.noise_multiplier:.4g}, got σ_b={sigma_b:.4g}{default}; raise "
-        "--clipped_count_stddev or --clients_per_round.") from None
+        f"σ={plan.noise_multiplier:.4g}, got σ_b={sigma_b:.4g}; raise "
+        "--clipped_count_stddev (or leave it unset for the default).") from None
   return sigma_b, z_value
 
 
