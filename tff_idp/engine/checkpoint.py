@@ -51,7 +51,15 @@ EXTENSIONS = (".json", ".npz")
 
 
 class CheckpointError(TffIdpError, RuntimeError):
-  """A checkpoint that cannot be resumed (base of the two errors below)."""
+  """A checkpoint that cannot be resumed (base of the errors below).
+
+  Attributes:
+    paths: the files at fault (empty where none is).
+  """
+
+  def __init__(self, message: str, paths: tuple[str, ...] = ()):
+    super().__init__(message)
+    self.paths = tuple(paths)
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -59,27 +67,13 @@ class CheckpointMismatchError(CheckpointError):
 
 
 class CorruptCheckpointError(CheckpointError):
-  """A checkpoint file that cannot be read (truncated, empty, not a checkpoint).
-
-  Attributes:
-    paths: the unreadable files.
-  """
-
-  def __init__(self, message: str, paths: tuple[str, ...] = ()):
-    super().__init__(message)
-    self.paths = tuple(paths)
+  """A checkpoint file that cannot be read (truncated, empty, not a checkpoint) or that does
+  not match its seal; ``paths`` names it."""
 
 
 class DamagedOutputsError(CheckpointError):
-  """The run's outputs (metric files) no longer match what its checkpoint was sealed with.
-
-  Attributes:
-    paths: the damaged files.
-  """
-
-  def __init__(self, message: str, paths: tuple[str, ...] = ()):
-    super().__init__(message)
-    self.paths = tuple(paths)
+  """The run's metric files no longer match what its checkpoint was sealed with; ``paths``
+  names them."""
 
 
 def paths(directory: str, round_num: int) -> list[str]:
