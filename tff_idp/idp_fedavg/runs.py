@@ -464,7 +464,7 @@ def format_table(config: TrainingConfig, results: list[dict],
       [f"distribution (ε {budgets})", "σ", "z_Δ", "q per group", "E[clients/round]",
        f"accuracy % (mean ± sd, {n} seed(s))",
        "paired Δ = ref − this (points, 95% CI, one-sided p)", "separated"], cells)]
-  sigma_b = ("0.05·c" if config.clipped_count_stddev is None
+  sigma_b = ("0.05·c, or σ where 0.05·c ≤ σ/2" if config.clipped_count_stddev is None
              else f"{config.clipped_count_stddev:g}")
   chain = [r["paired"] for r in results
            if r.get("paired") and not r["run"].startswith("scale-")]
