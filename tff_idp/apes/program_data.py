@@ -12,6 +12,7 @@ its round counter in).
 from __future__ import annotations
 
 import collections
+import secrets
 from typing import Optional, Sequence
 
 import numpy as np
@@ -36,7 +37,10 @@ class ApesIterator(program_data_source.ClientArraysIterator):
     return make_client_input(self._dataset(index), self.options["epsilons"][index], seed)
 
   def padding_input(self):
-    return self.client_input(0, (0, 0))
+    # Gives the federated type; never sent in a round (every user is selected). No data,
+    # and a fresh OS-entropy seed all the same.
+    return make_client_input(self._dataset(0).take(0), self.options["epsilons"][0],
+                             (secrets.randbits(63), secrets.randbits(63)))
 
 
 class ApesDataSource(program_data_source.ClientArraysDataSource):
