@@ -238,8 +238,8 @@ class ClientArraysDataSource(tff.program.FederatedDataSource):
     self._insecure_seed = insecure_seed
     prototype = self.iterator()
     self._type = prototype.federated_type
+    # The k (train_per_round_clients) this source's iterators accept.
     self.clients_per_round = prototype.clients_per_round
-    """The ``k`` (``train_per_round_clients``) this source's iterators accept."""
 
   @property
   def federated_type(self) -> tff.FederatedType:
