@@ -16,11 +16,11 @@ import os
 import shlex
 import sys
 
-from absl import app
 from absl import flags
 
 from tff_idp import cli
 from tff_idp import console
+from tff_idp.errors import ToolkitValueError
 
 console.quiet_tensorflow()  # before the builders import TensorFlow; --verbose keeps its logs
 
@@ -66,23 +66,25 @@ def spec_from_flags() -> specs.FederationSpec:
                               _SEED.value, params).resolved()
 
 
+def check() -> specs.FederationSpec:
+  """The data-free checks, before a source file is opened: the spec, and --out usable."""
+  if _DATASET.value is None:
+    raise ToolkitValueError("--dataset is required (fmnist, cifar10 or svhn).")
+  spec = spec_from_flags()
+  out = os.path.expanduser(_OUT.value or loader.default_split_dir(spec))
+  cli.check_output_dir(out, flag="out")
+  if loader.has_split(out) and not _OVERWRITE.value:
+    raise ToolkitValueError(f"{out} already holds a split; pass --overwrite to rebuild it, "
+                            "or another --out.")
+  return spec
+
+
 @cli.entry
 def main(argv) -> int:
   del argv
-  if _DATASET.value is None:
-    print("error: --dataset is required (fmnist, cifar10 or svhn).", file=sys.stderr)
-    return 2
-  try:
-    spec = spec_from_flags()
-  except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  spec = check()
   out = os.path.expanduser(_OUT.value or loader.default_split_dir(spec))
   data_dir = os.path.expanduser(_DATA_DIR.value)
-  if loader.has_split(out) and not _OVERWRITE.value:
-    print(f"error: {out} already holds a split; pass --overwrite to rebuild it, or "
-          "another --out.", file=sys.stderr)
-    return 2
   command = "python -m datasets.build " + " ".join(shlex.quote(a) for a in sys.argv[1:])
   try:
     manifest = builder.build_split(spec, data_dir, out, download=_DOWNLOAD.value,
@@ -96,4 +98,4 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.launch(main, check, import_tensorflow=False)  # the builders import it when they run

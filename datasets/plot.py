@@ -16,12 +16,13 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from absl import app
 from absl import flags
 import numpy as np
 
 from datasets import loader
 from datasets import specs
+from tff_idp import cli
+from tff_idp.errors import ToolkitValueError
 
 _SPLIT_DIR = flags.DEFINE_list("split_dir", None, "Split directories (one row each).")
 _OUT = flags.DEFINE_string("out", "fig1_label_distribution.png", "PNG to write.")
@@ -82,12 +83,18 @@ def plot_splits(split_dirs: Sequence[str], out: str, num_clients: int = 30,
   return out
 
 
+def check() -> None:
+  """The data-free checks, before anything is read: the splits named, --out writable."""
+  if not _SPLIT_DIR.value:
+    raise ToolkitValueError(
+        "--split_dir is required (one or more built split directories).")
+  cli.check_output_file(_OUT.value, flag="out")
+
+
+@cli.entry(rules={"num_clients": cli.Rule("int", low=1, meaning="clients shown as bars")})
 def main(argv) -> int:
   del argv
-  if not _SPLIT_DIR.value:
-    print("error: --split_dir is required (one or more built split directories).",
-          file=sys.stderr)
-    return 2
+  check()
   try:
     path = plot_splits([os.path.expanduser(d) for d in _SPLIT_DIR.value], _OUT.value,
                        _NUM_CLIENTS.value, _DATASET.value, _BINS.value)
@@ -99,4 +106,4 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.launch(main, check, import_tensorflow=False)

@@ -62,6 +62,17 @@ CASES = [
     ("experiments.idp_fedavg", ["--audit_canaries=5", "--runs=nonprivate"],
      "only non-private"),
     ("experiments.audit", ["--hidden=0"], "--hidden=0"),
+    ("datasets.plot", ["--split_dir=s", "--num_clients=0"], "--num_clients=0"),
+    ("datasets.plot", ["--split_dir=s", "--num_clients=-3"], "--num_clients=-3"),
+    ("datasets.plot", ["--num_clients=5"], "--split_dir is required"),
+    # issue 33 item 5: absl's "FATAL Flags parsing error", exit 1; a traceback for --out
+    ("datasets.plot", ["--split_dir=s", "--bins=x"], "--bins"),
+    ("datasets.plot", ["--split_dir=s", "--out=README.md/fig.png"], "is not a directory"),
+    ("datasets.plot", ["--split_dir=s", "--out=docs"], "is a directory"),
+    ("datasets.build", ["--dataset=foo"], "--dataset=foo"),
+    ("datasets.build", ["--dataset=svhn", "--num_clients=1e3"], "integer"),
+    ("datasets.build", ["--dataset=svhn", "--out=README.md/split"], "is a file"),
+    ("datasets.build", ["--partition=iid"], "--dataset is required"),
 ]
 
 
@@ -93,6 +104,7 @@ HELP_MODULES = [
     ("experiments.scf_curves", "--delta"), ("experiments.fmnist", "--runs"),
     ("experiments.cifar10", "--runs"), ("experiments.svhn", "--runs"),
     ("tff_idp.idp_fedavg.calibrate", "--epsilons"), ("tff_idp.execution.worker", "--port"),
+    ("datasets.plot", "--split_dir"), ("datasets.build", "--partition"),
 ]
 
 

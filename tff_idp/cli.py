@@ -285,6 +285,24 @@ def refuse_inapplicable(names, why: str,
                             f"{'it' if len(given) == 1 else 'them'}.")
 
 
+def _unusable_directory(path: str) -> Optional[str]:
+  """Why directory ``path`` (absolute) cannot hold new files, or None when it can."""
+  if os.path.exists(path):
+    if not os.path.isdir(path):
+      return f"{path} exists and is not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+      return f"{path} is not writable"
+    return None
+  parent = os.path.dirname(path)
+  while parent and not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if parent and not os.path.isdir(parent):
+    return f"{path} cannot be created: {parent} is a file, not a directory"
+  if parent and not os.access(parent, os.W_OK | os.X_OK):
+    return f"{path} cannot be created: {parent} is not writable"
+  return None
+
+
 def check_output_dir(path: Optional[str], flag: str = "output_dir") -> None:
   """The data-free part of :func:`prepare_output_dir`: refuses, creating nothing, a ``path``
   that is a file, lies under a file, or cannot be written (issue 33: these used to be
@@ -295,22 +313,31 @@ def check_output_dir(path: Optional[str], flag: str = "output_dir") -> None:
   if not path:
     raise OutputDirError(f"--{flag} is empty; give a directory for the results.")
   path = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
-  if os.path.exists(path):
-    if not os.path.isdir(path):
-      raise OutputDirError(f"--{flag}={path} exists and is not a directory; give a directory.")
-    if not os.access(path, os.W_OK | os.X_OK):
-      raise OutputDirError(f"--{flag}={path} is not writable; choose another directory or "
-                           "fix its permissions.")
+  reason = _unusable_directory(path)
+  if reason is not None:
+    raise OutputDirError(f"--{flag}={reason}; choose another directory"
+                         f"{' or fix its permissions' if 'writable' in reason else ''}.")
+
+
+def check_output_file(path: Optional[str], flag: str = "out") -> None:
+  """Refuses, creating nothing, an output file ``path`` that is a directory or whose
+  directory cannot be created or written (issue 33: ``datasets.plot --out=`` under a
+  file or in an unwritable directory ended in a traceback after the plot was drawn).
+  """
+  if path is None:
     return
-  parent = os.path.dirname(path)
-  while parent and not os.path.exists(parent):
-    parent = os.path.dirname(parent)
-  if parent and not os.path.isdir(parent):
-    raise OutputDirError(f"--{flag}={path} cannot be created: {parent} is a file, not a "
-                         "directory; choose another directory.")
-  if parent and not os.access(parent, os.W_OK | os.X_OK):
-    raise OutputDirError(f"--{flag}={path} cannot be created: {parent} is not writable; "
-                         "choose another directory.")
+  if not path:
+    raise OutputDirError(f"--{flag} is empty; give a file to write.")
+  path = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+  if os.path.isdir(path):
+    raise OutputDirError(f"--{flag}={path} is a directory; give a file name, e.g. "
+                         f"{os.path.join(path, 'figure.png')}.")
+  if os.path.exists(path) and not os.access(path, os.W_OK):
+    raise OutputDirError(f"--{flag}={path} is not writable; choose another file or fix "
+                         "its permissions.")
+  reason = _unusable_directory(os.path.dirname(path))
+  if reason is not None:
+    raise OutputDirError(f"--{flag}={path}: its directory {reason}; choose another place.")
 
 
 # The --dataset values that name no directory: the embedded federation, a
@@ -557,7 +584,8 @@ def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
 
 
 def launch(main: Callable[[list], Optional[int]],
-           check: Optional[Callable[[], object]] = None) -> None:
+           check: Optional[Callable[[], object]] = None,
+           import_tensorflow: bool = True) -> None:
   """The ``if __name__ == "__main__":`` of an experiment module: bad flags fail before TensorFlow.
 
   Parses the command line (:func:`parse_flags`: absl's errors as one line,
@@ -568,7 +596,8 @@ def launch(main: Callable[[list], Optional[int]],
   ``app.run`` hands control to ``main``: imported inside ``app.run`` (TF
   2.14.1 / Keras 2.14), ``tf.keras.Input`` yields graph tensors and every
   Sequential model fails with "Output tensors of a Sequential model must be
-  the output of a TensorFlow `Layer`".
+  the output of a TensorFlow `Layer`". Commands that never train
+  (``datasets.plot``) pass ``import_tensorflow=False``.
   """
   remaining = parse_flags(sys.argv)
   try:
@@ -586,6 +615,9 @@ def launch(main: Callable[[list], Optional[int]],
   # The import takes seconds: SIGTERM/SIGINT meanwhile get the same one line as later on.
   if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
     signal.signal(signal.SIGTERM, _on_sigterm)  # kept: ``entry`` and the runtime chain to it
+  if not import_tensorflow:
+    app.run(main, flags_parser=parse_flags)
+    return
   try:
     import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   except KeyboardInterrupt:
