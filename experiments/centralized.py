@@ -192,6 +192,9 @@ def parse_config() -> dict:
   # TwoStageParams checks σ, δ and the steps with advice.
   TwoStageParams(_NOISE.value, _STEPS.value, 1, 1.0, _DELTA.value)
   TwoStageParams(_T3_NOISE.value, _T3_STEPS.value, 1, 1.0, _DELTA.value)
+  if _DATASET.value == "synthetic":  # issue 33: these were ignored silently
+    cli.refuse_inapplicable(("data_dir", "split_dir"), "they locate FMNIST's files, and "
+                            "--dataset=synthetic is generated")
   return {
       "mode": _MODE.value, "methods": methods, "seeds": seeds, "distribution": distribution,
       "noise_multiplier": _NOISE.value, "steps": _STEPS.value, "clip_norm": _CLIP.value,

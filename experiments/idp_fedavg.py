@@ -175,6 +175,27 @@ def check() -> None:
   config_lib.check_settings(training_config())
   if _DATASET.value == "synthetic":  # the embedded federation's size is known before any data
     validation.check_cohort(_CLIENTS_PER_ROUND.value, _NUM_CLIENTS.value)
+  _refuse_flags_of_another_dataset()
+
+
+# Flags that shape the embedded federation only, and those that choose or build a split.
+SYNTHETIC_ONLY = ("iid", "alpha", "beta", "num_features", "num_classes")
+SPLIT_ONLY = ("partition", "data_dir")
+
+
+def _refuse_flags_of_another_dataset() -> None:
+  """A flag the chosen --dataset ignores is refused (issue 33: it was accepted silently)."""
+  dataset = _DATASET.value
+  if dataset == "synthetic":
+    cli.refuse_inapplicable(SPLIT_ONLY, "they choose or build a split, and --dataset=synthetic "
+                            "is the embedded federation (its flags: --num_clients, --iid, "
+                            "--alpha, --beta, --data_seed, --num_features, --num_classes)")
+    return
+  cli.refuse_inapplicable(SYNTHETIC_ONLY, "they shape the embedded federation, and "
+                          f"--dataset={dataset} is not it")
+  if dataset not in cli.NAMED_DATASETS and not dataset.startswith("tfds:"):
+    cli.refuse_inapplicable(("data_dir",), f"--dataset={dataset} is a split directory, "
+                            "already built from its source files")
 
 
 @cli.entry

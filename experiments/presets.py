@@ -332,6 +332,14 @@ def check(p: PaperPreset) -> None:
   v = resolved_flags(p)
   worker_flags.runtime_kwargs(v)
   config_lib.check_settings(_config(p, v))
+  other = v.get("dataset")
+  if other:  # issue 33: these flags were ignored silently with --dataset
+    cli.refuse_inapplicable(("data_dir",), f"it holds {p.dataset}'s source files, and "
+                            f"--dataset={other} replaces {p.dataset}")
+    if not other.startswith("tfds:"):
+      cli.refuse_inapplicable(
+          ("partition", "iid", "num_clients", "split_seed", "split_dir", "download"),
+          f"--dataset={other} is a split directory, already partitioned and built")
 
 
 def main(p: PaperPreset) -> None:
