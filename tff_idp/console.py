@@ -78,3 +78,22 @@ def quiet_tensorflow(argv: Optional[Sequence[str]] = None, library: bool = False
   except ImportError:  # absl is a dependency; be robust anyway.
     pass
   return True
+
+
+_noted: set = set()
+
+
+def note(message: str, key: Optional[str] = None) -> bool:
+  """Prints ``note: <message>`` on stderr once per process (per ``key``, default the text).
+
+  For advice the user may act on (issue 34: the jemalloc notice went through
+  Python logging and absl, and printed twice in two formats). Returns True
+  when it printed.
+  """
+  key = message if key is None else key
+  if key in _noted:
+    return False
+  _noted.add(key)
+  print(f"note: {message}", file=sys.stderr, flush=True)
+  return True
+

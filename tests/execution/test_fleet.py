@@ -291,7 +291,7 @@ def _reference_metrics(args, tmp_path) -> list:
   return _metrics(tmp_path / "ref" / "34-43-23" / "seed0" / "metrics.csv")
 
 
-def _run_until_killed(args, victim: Worker, metrics_path, rows=2):
+def _run_until_killed(args, victim: Worker, metrics_path, rows=2, kill=None):
   proc = subprocess.Popen([sys.executable, "-m", "experiments.idp_fedavg", "--progress=false",
                            *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           env=_env(), cwd=ROOT, stdin=subprocess.DEVNULL)
@@ -302,7 +302,10 @@ def _run_until_killed(args, victim: Worker, metrics_path, rows=2):
         break
       time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()
-    os.kill(victim.binary_pid, signal.SIGKILL)
+    if kill is None:
+      os.kill(victim.binary_pid, signal.SIGKILL)
+    else:
+      kill(victim)
     out, err = proc.communicate(timeout=120)
   finally:
     if proc.poll() is None:
@@ -330,6 +333,43 @@ def test_killed_worker_fails_the_round_by_name_and_a_rerun_resumes(workers, tmp_
   resumed = _run("experiments.idp_fedavg", fleet_args)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   _assert_same_metrics(reference, _metrics(metrics))
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_with_sigterm_fails_the_run_in_one_line(workers, tmp_path):
+  """Issue 33 item 5. Bug caught: the other workers' subrounds, still in flight when the
+  round failed, flooded the driving run with ~100 lines of asyncio's "Task exception was
+  never retrieved" tracebacks (the fleet's loops now go quiet once it is stopping)."""
+  pair = workers(2)
+  out_dir = tmp_path / "fleet"
+  args = [*IDP_ARGS, "--runs=idp", "--rounds=30", f"--output_dir={out_dir}",
+          f"--workers={','.join(w.address for w in pair)}"]
+  metrics = out_dir / "34-43-23" / "seed0" / "metrics.csv"
+  code, _, err = _run_until_killed(args, pair[1], metrics,
+                                   kill=lambda w: w.proc.send_signal(signal.SIGTERM))
+  assert code == 2, err[-3000:]
+  assert "never retrieved" not in err and "Traceback" not in err, err[-3000:]
+  errors = [l for l in err.splitlines() if l.startswith("error: ")]
+  assert len(errors) == 1 and pair[1].address in errors[0], err[-3000:]
+  assert err.strip().splitlines()[-1] == errors[0], err[-3000:]
+
+
+def test_fleet_loops_are_quiet_about_tasks_once_the_fleet_is_stopping():
+  """The asyncio handler the fleet installs drops task errors once it is stopping and
+  passes them on before (a genuine error must still show)."""
+  seen = []
+
+  class Loop:
+    def default_exception_handler(self, context):
+      seen.append(context["message"])
+
+  context = fleet.FleetContext.__new__(fleet.FleetContext)
+  context.stopping = False
+  context._on_task_error(Loop(), {"message": "real", "exception": TypeError("x")})
+  context._on_task_error(Loop(), {"message": "worker", "exception": fleet.WorkerError("a:1", "gone")})
+  context.close()
+  context._on_task_error(Loop(), {"message": "late", "exception": TypeError("y")})
+  assert seen == ["real"]
 
 
 @pytest.mark.slow

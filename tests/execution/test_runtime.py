@@ -395,3 +395,28 @@ def test_worker_is_recycled_only_past_its_warm_size_plus_the_bound(monkeypatch):
   assert runtime.ExecutionRuntime(workers=["localhost:1"]).recycle_worker_mib is None
   with pytest.raises(ValueError, match="recycle_worker_mib"):
     runtime.ExecutionRuntime(recycle_worker_mib=-1)
+
+
+def test_signal_handler_only_signals_the_worker_and_close_runs_on_the_way_out():
+  """Issue 33 item 2: the handler ends the worker by PID and raises; it releases no
+  channel, executor or context (native memory other threads use), and no new worker
+  can start afterwards (a recycle after a swallowed Ctrl-C started a second one).
+  """
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
+  rt = runtime.ExecutionRuntime(install_signal_handlers=False, worker_allocator="glibc").start()
+  try:
+    pid = rt.worker_pid
+    closed_in_handler = []
+    real_close = rt.close
+    rt.close = lambda *a, **k: closed_in_handler.append(True)
+    with pytest.raises(SystemExit) as stop:
+      rt._on_signal(signal.SIGTERM, None)  # pylint: disable=protected-access
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert not closed_in_handler, "close() ran inside the signal handler"
+    assert _wait_dead(pid), "the handler did not end the worker"
+    with pytest.raises(RuntimeError, match="asked to stop"):
+      rt._spawn_worker(1)  # pylint: disable=protected-access
+    rt.close = real_close
+  finally:
+    rt.close()
+  assert rt.context is not None and rt._closed  # pylint: disable=protected-access

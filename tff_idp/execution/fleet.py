@@ -275,7 +275,32 @@ class FleetContext:
     self._wait_fn = wait_fn
     self._lock = threading.Lock()
     self.retried_rounds = 0
+    # Set once a round has failed for good or the runtime closes: from then on
+    # the subrounds still in flight only end in errors nobody will read.
+    self.stopping = False
+    for context in self._worker_contexts.values():
+      runner = getattr(context, "_runner", None)
+      if runner is not None:
+        runner._event_loop.set_exception_handler(self._on_task_error)  # pylint: disable=protected-access
     self._context = self._build()
+
+  def close(self) -> None:
+    """Marks the fleet as stopping (no waiting: it runs on the signal path too)."""
+    self.stopping = True
+
+  def _on_task_error(self, loop, context: dict) -> None:
+    """asyncio's handler for the fleet's event loops.
+
+    After one worker fails a round, the other workers' subrounds still end (in
+    error once the run closes its channels, or while the interpreter tears
+    their modules down at exit); the round's error is already raised, so
+    asyncio's "Task exception was never retrieved" for them is noise (issue 33:
+    102 lines after one SIGTERM'd worker).
+    """
+    if self.stopping or isinstance(context.get("exception"), WorkerError):
+      _LOG.debug("after the fleet stopped: %s", context.get("message"))
+      return
+    loop.default_exception_handler(context)
 
   @property
   def live_workers(self) -> list[str]:
@@ -291,7 +316,7 @@ class FleetContext:
         compiler_fn=_compile_or_explain(mergeable_comp_compiler.compile_to_mergeable_comp_form,
                                         self._register_after_merge))
     loop = context._async_runner._event_loop  # pylint: disable=protected-access
-    loop.set_exception_handler(_quiet_about_worker_errors)
+    loop.set_exception_handler(self._on_task_error)
     if self._wait_fn is not None:
       context._async_runner = _WatchedRunner(context._async_runner, self._wait_fn)  # pylint: disable=protected-access
     return context
@@ -340,6 +365,7 @@ class FleetContext:
       except WorkerError as e:
         with self._lock:
           if attempt >= self.retries or e.address not in self._live or len(self._live) == 1:
+            self.stopping = True
             raise
           attempt += 1
           self._live.remove(e.address)
@@ -350,15 +376,6 @@ class FleetContext:
               "retry adds the same noise (a function of the round's state).",
               e.address, e, len(self._live), attempt, self.retries)
           self._context = self._build()
-
-
-def _quiet_about_worker_errors(loop, context: dict) -> None:
-  """After one worker fails a round, the other workers' subrounds still end (in
-  error once the run closes its channels); the round's error is already raised,
-  so asyncio's "Task exception was never retrieved" for them is noise."""
-  if isinstance(context.get("exception"), WorkerError):
-    return
-  loop.default_exception_handler(context)
 
 
 def _without_client_values(value, type_spec):

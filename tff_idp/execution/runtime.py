@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import signal
 import subprocess
@@ -56,12 +55,12 @@ import cachetools
 import grpc
 import portpicker
 
+from tff_idp import console
 from tff_idp.execution import fleet
 from tff_idp.errors import TffIdpError
 
 _PR_SET_PDEATHSIG = 1
 _STARTUP_TIMEOUT_S = 60.0
-_SIGNAL_LOCK_TIMEOUT_S = 5.0
 _WATCHDOG_POLL_S = 0.2
 # Rounds after a worker starts before its RSS is taken as its warm size.
 _RECYCLE_WARMUP_ROUNDS = 20
@@ -112,7 +111,6 @@ class WorkerDiedError(TffIdpError, RuntimeError):
 # free, and makes rounds ~20% faster (benchmarks/bench_cohort_variation.py).
 _ALLOCATORS = ("libjemalloc.so.2", "libjemalloc.so", "libtcmalloc_minimal.so.4",
                "libtcmalloc.so.4")
-_warned_no_allocator = False
 
 
 def _library_dirs() -> list[str]:
@@ -133,7 +131,6 @@ def find_worker_allocator() -> Optional[str]:
 
 def _resolve_allocator(allocator: Optional[str]) -> Optional[str]:
   """``"auto"``: jemalloc/tcmalloc if installed; a path: that; None/"glibc": none."""
-  global _warned_no_allocator  # pylint: disable=global-statement
   if allocator is None or allocator == "glibc":
     return None
   if allocator != "auto":
@@ -142,13 +139,13 @@ def _resolve_allocator(allocator: Optional[str]) -> Optional[str]:
                        "shared library path, 'auto' or 'glibc'.")
     return allocator
   path = find_worker_allocator()
-  if path is None and not _warned_no_allocator:
-    _warned_no_allocator = True
-    logging.getLogger(__name__).warning(
-        "no jemalloc or tcmalloc found: the TFF worker uses glibc malloc, whose "
-        "RSS creeps up ~0.3 MiB per round; it is restarted between rounds whenever it "
-        "has grown %g MiB (recycle_worker_mib). jemalloc (Debian/Ubuntu: apt-get install "
-        "libjemalloc2) keeps it flat without restarts.", DEFAULT_RECYCLE_WORKER_MIB)
+  if path is None:
+    console.note(
+        "no jemalloc or tcmalloc found, so the TFF worker uses glibc malloc, whose memory "
+        "creeps up ~0.3 MiB per round; it is restarted between rounds whenever it has "
+        f"grown {DEFAULT_RECYCLE_WORKER_MIB:g} MiB. Installing jemalloc (Debian/Ubuntu: "
+        "apt-get install libjemalloc2) keeps it flat without restarts.",
+        key="no_worker_allocator")
   return path
 
 
@@ -334,6 +331,7 @@ class ExecutionRuntime:
     self._stub = None
     self._previous_context = None
     self._previous_handlers: dict[int, object] = {}
+    self._stop_requested = False
     self._lock = threading.RLock()
     self._closed = False
     self._log_file = None
@@ -373,6 +371,9 @@ class ExecutionRuntime:
 
   def _spawn_worker(self, port: int) -> dict:
     """Launches a worker_binary on ``port`` without waiting for it: its process, stub, log."""
+    if self._stop_requested:  # a signal asked the run to stop: never start another worker
+      raise RuntimeError("this run was asked to stop (SIGTERM/Ctrl-C); no new TFF worker "
+                         "is started.")
     from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub  # pylint: disable=g-import-not-at-top
     path = worker_binary_path()
     if not os.path.isfile(path):
@@ -404,6 +405,16 @@ class ExecutionRuntime:
         raise RuntimeError(f"TFF worker_binary did not become ready in "
                            f"{_STARTUP_TIMEOUT_S:.0f} s.")
       time.sleep(0.02)
+
+  def _signal_workers(self) -> None:
+    """SIGTERM to the worker and its standby, by PID, if this runtime started them."""
+    standby = self._standby
+    for proc in (self._process, standby["process"] if standby else None):
+      if proc is not None and proc.returncode is None:  # not reaped: still our child's PID
+        try:
+          os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+          pass
 
   def _start_worker(self):
     self._adopt_worker(self._spawn_worker(self.requested_port or
@@ -639,9 +650,15 @@ class ExecutionRuntime:
     # (reading it after close() lost the CLI's "terminated; resume ..." line
     # once a runtime had started, and exited with a bare 143).
     previous = self._previous_handlers.get(signum)
-    # Never block the handler on a lock another thread may hold: after a
-    # few seconds the worker is stopped by PID regardless.
-    self.close(lock_timeout_s=_SIGNAL_LOCK_TIMEOUT_S)
+    # Only what is safe while TensorFlow's and gRPC's threads still run: the
+    # worker(s) this runtime started get SIGTERM by PID, with no waiting and no
+    # lock. The channels, executors and TFF's context are released by close()
+    # on the way out (the ``with`` block's exit, or atexit), once the
+    # exception raised here has unwound the stack: releasing them from the
+    # handler freed native memory that other threads were using (issue 33: a
+    # glibc "free(): invalid next size" abort instead of exit 143).
+    self._stop_requested = True
+    self._signal_workers()
     if callable(previous):
       previous(signum, frame)
     elif signum == signal.SIGINT:
@@ -663,6 +680,8 @@ class ExecutionRuntime:
       self._closed = True
       if self in _active:
         _active.remove(self)
+      if isinstance(self.context, fleet.FleetContext):
+        self.context.close()  # subrounds still in flight end in errors no one reads
       self._stop_worker()
       standby, self._standby = self._standby, None
       if standby is not None:
