@@ -135,6 +135,6 @@ def test_table_shows_z_and_a_paired_comparison_per_neighbour():
   assert "| σ | z_Δ |" in table
   assert "| 100-0 | 0.9000 | 1.4000 |" in table
   assert "| scale-50-50 | 0.6000 | 0.7000 |" in table and "vs 50-50: +" in table
-  assert "n=3 seed(s), df=2" in table and "paired t-test over seeds" in table
+  assert "n=3 seeds, df=2" in table and "paired t-test over seeds" in table
   lines = [l for l in table.splitlines() if l.startswith("| 0-100 ")]
   assert lines and lines[0].endswith("| yes |")

@@ -90,3 +90,16 @@ def test_default_count_noise_is_feasible_whenever_the_calibration_is(tmp_path):
   explicit = dataclasses.replace(long, clipped_count_stddev=0.1)
   with pytest.raises(ValueError, match="--clipped_count_stddev > σ/2"):
     runs.noise_split(explicit, plan)
+
+
+def test_the_table_opens_with_the_training_settings():
+  """Issue 34 item 3: the table says what it trained with (defaults included)."""
+  config = config_lib.TrainingConfig(
+      budgets=[1.0], ratios=[1.0], runs=["nonprivate"], seeds=[0, 1], rounds=12,
+      clients_per_round=7.0, local_epochs=1, batch_size=8, client_learning_rate=0.25,
+      server_learning_rate=0.9, client_optimizer="adam", delta=1e-5, accountant="rdp",
+      output_dir="unused", eval_every=1, checkpoint_every=1, initial_clip=3.0)
+  line = runs.training_line(config)
+  for text in ("12 rounds", "7 expected clients", "1 local epoch at batch 8", "adam lr 0.25",
+               "server lr 0.9", "clip from 3", "δ=1e-05"):
+    assert text in line, (text, line)

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_idp import console
 from tff_idp import models
 from tff_idp.accounting.record import rdp_two_stage
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
@@ -105,11 +106,45 @@ def group_summary(final_rows: list[dict], group_names: list[str]) -> dict:
       "final_imbalances": imbalance.tolist(), "mean_imbalance": float(np.mean(imbalance))}
 
 
+def expected_batch(plan) -> float:
+  """Records a client's local DP-SGD step draws on average, Σ_j q_ij, over the clients."""
+  return float(np.mean([np.sum(q) for q in plan.rates.values()])) if plan.rates else 0.0
+
+
+def warn_if_batch_below_one(plan) -> Optional[str]:
+  """One warning line when ``plan``'s expected batch per local step is below 1 (issue 34).
+
+  Poisson sampling at such rates leaves most steps empty: on 4 hospitals
+  Minimum drew 0.3-3 records per step and scored below the majority class.
+  Returns the message (None when the batch is large enough).
+  """
+  batch = expected_batch(plan)
+  if batch >= 1:
+    return None
+  if plan.method == "privacy_free":
+    advice = "raise privacy_free_batch"
+  else:
+    advice = ("raise noise_multiplier (σ: the rates the budgets allow grow with it) or "
+              "lower rounds or local_steps")
+  message = (f"{plan.method} samples {batch:.2g} records per local step on average "
+             f"(below 1, so most steps train on nothing); {advice}.")
+  console.warning(message)
+  return message
+
+
+def training_line(config: Mapping) -> str:
+  """The hyperparameters of the table's runs, in one line above it (issue 34 item 3)."""
+  return (f"training: T={config['rounds']} rounds of τ={config['local_steps']} local "
+          f"DP-SGD steps, client rate λ={config['client_rate']}, σ={config['noise_multiplier']}, "
+          f"clip L={config['clip_norm']}, lr η={config['learning_rate']}, "
+          f"δ={config['delta']}, {config['threat_model']}")
+
+
 def format_table(results: list[dict], num_seeds: int) -> str:
   """The Fig. 8-style table; with budgets by class, per-group utility columns too."""
   by_group = all("group_accuracy" in r for r in results)
   header = [
-      "method", f"accuracy (mean ± sd, {num_seeds} seed(s))", "E[batch]/step",
+      "method", f"accuracy (mean ± sd, {console.plural(num_seeds, 'seed')})", "E[batch]/step",
       "records with q=0", "excluded at end", "mean ε spent / mean budget",
       "max budget used vs effective ε", "budget used vs own ε_ij (max / mean)", "SCF R²",
       "lowered by exact check"]
@@ -232,6 +267,8 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
                                          privacy_free_batch, estimator,
                                          dropout_cutoff=dropout_cutoff)
         for m in methods}
+  for plan in plans_by_seed[seeds[0]].values():  # the rates depend on the budgets only
+    warn_if_batch_below_one(plan)
   # The per-record plan holds personal budgets: a diagnostic, not part of a release.
   if release_only:
     pass
@@ -448,6 +485,10 @@ def write_summary(results: list[dict], num_seeds: int, output_dir: str,
   text is not empty (a plug-in's table, e.g. the record-level audit's).
   """
   table = format_table(results, num_seeds)
+  if config and all(k in config for k in ("rounds", "local_steps", "client_rate",
+                                          "noise_multiplier", "clip_norm", "learning_rate",
+                                          "delta", "threat_model")):
+    table = training_line(config) + "\n\n" + table
   for title, text in sections:
     if text:
       table += f"\n\n{title}:\n\n{text}"
