@@ -454,8 +454,8 @@ def run_apes(users: apes_runs.UserFederation, *, output_dir: str,
   config = dict(frameworks=list(frameworks), distribution=distribution,
                 epsilon_seed=int(epsilon_seed), **dataclasses.asdict(training), bound=bound,
                 delta=float(delta), seed=int(seed), eval_every=int(eval_every),
-                checkpoint_every=int(checkpoint_every), dataset=users.name,
-                **dict(details or {}))
+                checkpoint_every=int(checkpoint_every), dataset=users.name)
+  config.update(details or {})
   config.update(users=users.num_users, rounds=training.rounds,
                 shuffle_delta=accounting.shuffle_delta)
   table = apes_runs.write_summary(
