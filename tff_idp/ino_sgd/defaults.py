@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from tff_idp.ino_sgd import methods
+
 DEFAULTS = dict(
-    budgets="0-4:0.1,5-9:1", methods=("idp_sgd", "drop", "ino_sgd"),
+    budgets="0-4:0.1,5-9:1", methods=methods.METHODS,
     drop_percents=(10.0, 30.0, 50.0), seeds=(0, 1, 2, 3, 4), steps=1000, expected_batch=None,
     learning_rate=8.0, clip_norm=1.0, mechanism="sample", delta=1e-5, ino_gamma_ratio=0.5,
     ino_alpha=4.0, ino_beta=1.0, model="auto", eval_every=100, train_examples=0,
