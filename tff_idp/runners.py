@@ -7,10 +7,16 @@ PrivacyFree) and :func:`run_ino_sgd` (owners' budgets per class or per
 record on the pooled records, INO-SGD Alg. 1 against IDP-SGD and Drop x%)
 take any split of :mod:`datasets` (``datasets.from_arrays``,
 ``datasets.resolve("tfds:mnist")``, a saved split directory, a built-in
-federation) and run the same code paths as ``experiments.idp_fedavg`` and
-``experiments.rpdp``: calibration re-verified with dp-accounting, secret
-privacy randomness, checkpoints that resume exactly, ``metrics.csv`` /
-``summary.json`` / ``summary.md`` / a plot in ``output_dir``.
+federation) and run the same code paths as ``experiments.idp_fedavg``,
+``experiments.rpdp`` and ``experiments.ino_sgd``: calibration re-verified
+with dp-accounting, secret privacy randomness, checkpoints that resume
+exactly, ``metrics.csv`` / ``summary.json`` / ``summary.md`` / a plot in
+``output_dir``. :func:`run_apes` (users' local budgets with shuffle
+amplification, APES Alg. 1-2) takes users with a few records each
+(``datasets.shuffle_users``) and is what ``experiments.apes`` runs.
+
+Every runner's defaults are its command line's, from one source per family
+(docs/running.md, "Defaults: one set per family").
 
 Each starts and owns its TFF execution context (one local worker, stopped
 on return, on errors and on SIGINT/SIGTERM) unless ``own_runtime=False``, for
