@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from tff_idp.engine import report
 from tff_idp.ino_sgd import methods
 from tff_idp.ino_sgd import runs
 
@@ -120,3 +121,8 @@ def test_owners_by_class_are_named_by_their_classes():
   assert methods.classes_name([9, 7, 8, 0, 1, 2, 5]) == "0-2,5,7-9"
   assert runs.group_heads(["class 1", "0,2"], [0.5, 1.0]) == ["class 1 (ε=0.5)",
                                                                "classes 0,2 (ε=1)"]
+
+
+def test_counts_are_grammatical():
+  assert [report.count(n, "seed") for n in (0, 1, 2, 5)] == [
+      "0 seeds", "1 seed", "2 seeds", "5 seeds"]
