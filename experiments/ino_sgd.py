@@ -25,7 +25,9 @@ Presets (``--preset``; any flag given explicitly overrides the preset):
   The pooled train records of Synthetic IID users (:mod:`datasets.synthetic`,
   60 features, 10 classes), classes 0-4 owned by owner "0-4" at ε = 0.1 and
   classes 5-9 by owner "5-9" at ε = 1, δ = 1e-5, SAMPLE, multinomial
-  logistic regression.
+  logistic regression. Its hyperparameters are the defaults shared with
+  ``tff_idp.run_ino_sgd`` (``tff_idp/ino_sgd/defaults.py``), and so are those
+  of ``--dataset`` runs, which use every record of your split.
 * ``mn``: the same owners and budgets on the datasets/ FMNIST source (EMNIST
   digits, writers pooled), with PC-MNIST.
 * ``cm`` / ``cl``: CIFAR-10, ten owners with one class each, SCALE, ε =
