@@ -27,7 +27,7 @@ Presets (``--preset``; any flag given explicitly overrides the preset):
   classes 5-9 by owner "5-9" at ε = 1, δ = 1e-5, SAMPLE, multinomial
   logistic regression. Its hyperparameters are the defaults shared with
   ``tff_idp.run_ino_sgd`` (``tff_idp/ino_sgd/defaults.py``), and so are those
-  of ``--dataset`` runs, which use every record of your split.
+  of ``--dataset`` runs under this preset, which use every record of your split.
 * ``mn``: the same owners and budgets on the datasets/ FMNIST source (EMNIST
   digits, writers pooled), with PC-MNIST.
 * ``cm`` / ``cl``: CIFAR-10, ten owners with one class each, SCALE, ε =
