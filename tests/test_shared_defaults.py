@@ -109,6 +109,8 @@ APES_CLI_ONLY = {
     "data_dir": "the users", "users": "the users", "samples_per_user": "the users",
     "data_seed": "the users", "output_dir": "a path each chooses",
 }
+# Not listed: experiments.worker_flags (--workers, ...), the TFF runtime the command line
+# enters; run_apes runs in yours with own_runtime=False.
 APES_RUNNER_ONLY = {"users": "the data (built from the command line's data flags)",
                     "output_dir": "required", "own_runtime": "library: reuse your runtime",
                     "details": "extra summary.json entries (the command line's flags)"}
