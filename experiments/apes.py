@@ -47,15 +47,15 @@ from experiments import privacy_flags
 from experiments import worker_flags
 from tff_idp import cli
 from tff_idp.execution import runtime
+from tff_idp.apes import defaults as apes_defaults
 from tff_idp.apes import runs as apes_runs
 
-_PRESETS = {
-    "embedded": dict(users=1000, rounds=5),
-    "paper": dict(users=None, rounds=40),  # 10,000, or what the data holds
-}
+D = apes_defaults.DEFAULTS  # shared with tff_idp.run_apes (one source, issue 34)
+_DATA = apes_defaults.DATA_DEFAULTS
+_PRESETS = apes_defaults.PRESETS
 
 _PRESET = flags.DEFINE_enum(
-    "preset", "embedded", list(_PRESETS),
+    "preset", _DATA["preset"], list(_PRESETS),
     "embedded: Synthetic users (no network). paper: the paper's QMNIST-like setting "
     "(10,000 users × 12 MNIST-shaped images, or as many users as the data holds, "
     "d = 7850, 40 rounds); needs --data_dir.")
@@ -64,35 +64,41 @@ _DATA_DIR = flags.DEFINE_string(
                       "prepared TFDS 'mnist'.")
 _USERS = flags.DEFINE_integer("users", None, "Users n (default: the preset's).")
 _ROUNDS = flags.DEFINE_integer("rounds", None, "Rounds T (default: the preset's).")
-_SAMPLES = flags.DEFINE_integer("samples_per_user", 12, "Records per user (2 held out).")
-_LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", 10, "Local FedProx epochs.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Local batch size.")
-_LR = flags.DEFINE_float("client_learning_rate", 1.0, "Local learning rate.")
-_MU = flags.DEFINE_float("proximal_strength", 0.01, "FedProx μ.")
-_CLIP = flags.DEFINE_float("clip", 0.1, "Per-coordinate clip C of the model delta.")
-_KEEP = flags.DEFINE_float("keep_fraction", 0.2, "S-APES: b/d, the share of coordinates kept.")
+_SAMPLES = flags.DEFINE_integer("samples_per_user", _DATA["samples_per_user"],
+                                "Records per user (2 held out).")
+_LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", D["local_epochs"], "Local FedProx epochs.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", D["batch_size"], "Local batch size.")
+_LR = flags.DEFINE_float("client_learning_rate", D["client_learning_rate"],
+                         "Local learning rate.")
+_MU = flags.DEFINE_float("proximal_strength", D["proximal_strength"], "FedProx μ.")
+_CLIP = flags.DEFINE_float("clip", D["clip"], "Per-coordinate clip C of the model delta.")
+_KEEP = flags.DEFINE_float("keep_fraction", D["keep_fraction"],
+                           "S-APES: b/d, the share of coordinates kept.")
 _DISTRIBUTION = flags.DEFINE_enum(
-    "distribution", "uniform2", list(apes_runs.DISTRIBUTIONS),
+    "distribution", D["distribution"], list(apes_runs.DISTRIBUTIONS),
     "ε distribution (Table 2): uniform1 U(0.05,0.5), uniform2 U(0.05,1), gauss1/2, mixgauss1/2.")
-_EPS_SEED = flags.DEFINE_integer("epsilon_seed", 0, "Seed of the users' ε draw.")
-_DATA_SEED = flags.DEFINE_integer("data_seed", 0, "Seed of the embedded federation.")
-_FRAMEWORKS = flags.DEFINE_list("frameworks", list(apes_runs.FRAMEWORKS),
+_EPS_SEED = flags.DEFINE_integer("epsilon_seed", D["epsilon_seed"], "Seed of the users' ε draw.")
+_DATA_SEED = flags.DEFINE_integer("data_seed", _DATA["data_seed"],
+                                  "Seed of the embedded federation.")
+_FRAMEWORKS = flags.DEFINE_list("frameworks", list(D["frameworks"]),
                                 f"Frameworks: {', '.join(apes_runs.FRAMEWORKS)}.")
-_BOUND = flags.DEFINE_enum("bound", "per_user", list(apes_runs.BOUNDS),
+_BOUND = flags.DEFINE_enum("bound", D["bound"], list(apes_runs.BOUNDS),
                            "Shuffle bound of the ledger for APES/S-APES (see above).")
 _SHUFFLE_DELTA = flags.DEFINE_float(
-    "shuffle_delta", None,
+    "shuffle_delta", D["shuffle_delta"],
     "δ_s of one shuffled coordinate (the paper: 1e-8). Default: δ/(10·d·T), so that the "
     "user-level δ after T rounds, δ' + d·T·δ_s, stays within --delta.")
-_DELTA = flags.DEFINE_float("delta", 1e-4, "User-level δ^{uc} (one round and cumulative).")
-_SEED = flags.DEFINE_integer("seed", 0, "Names the run (checkpoints are bound to it).")
+_DELTA = flags.DEFINE_float("delta", D["delta"],
+                            "User-level δ^{uc} (one round and cumulative).")
+_SEED = flags.DEFINE_integer("seed", D["seed"], "Names the run (checkpoints are bound to it).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/apes", "Where results go.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 1, "Evaluate every k rounds.")
-_CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", 2, "Checkpoint every k rounds.")
-_DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", D["eval_every"], "Evaluate every k rounds.")
+_CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", D["checkpoint_every"],
+                                         "Checkpoint every k rounds.")
+_DEVICE = flags.DEFINE_enum("device", D["device"], ["cpu", "gpu"], "TFF worker device.")
 worker_flags.define()
-_PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
-_RESTART = flags.DEFINE_bool("restart", False,
+_PROGRESS = flags.DEFINE_bool("progress", D["progress"], "Show progress bars.")
+_RESTART = flags.DEFINE_bool("restart", D["restart"],
                              "Discard this output directory's checkpoints and start over.")
 privacy_flags.define(release_only=False)
 
@@ -152,17 +158,22 @@ def main(argv):
         f"T = {training.rounds}, {training.local_epochs} local epochs, "
         f"μ = {training.proximal_strength:g}, bound: {accounting.bound}, "
         f"δ_s = {accounting.shuffle_delta:.2g}, δ = {accounting.delta:g}", flush=True)
-  with runtime.execution_context(device=_DEVICE.value, **fleet_kwargs):
-    rows = apes_runs.run_frameworks(
-        _FRAMEWORKS.value, federation, epsilons, training, accounting, _SEED.value,
-        _OUTPUT_DIR.value, eval_every=_EVAL_EVERY.value,
-        checkpoint_every=_CHECKPOINT_EVERY.value, progress=_PROGRESS.value,
-        insecure_reproducible_noise=privacy_flags.insecure(), restart=_RESTART.value)
+  # TensorFlow loads here (the runner's models), once the flags are known to be valid.
+  from tff_idp import runners  # pylint: disable=g-import-not-at-top
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
-  config.update(users=federation.num_users, rounds=rounds,
-                shuffle_delta=accounting.shuffle_delta)
-  table = apes_runs.write_summary(rows, training, accounting, _OUTPUT_DIR.value, config,
-                                  privacy_warning=privacy_flags.warning())
+  with runtime.execution_context(device=_DEVICE.value, **fleet_kwargs):
+    table = runners.run_apes(
+        federation, output_dir=_OUTPUT_DIR.value, frameworks=_FRAMEWORKS.value,
+        distribution=_DISTRIBUTION.value, epsilon_seed=_EPS_SEED.value,
+        rounds=training.rounds, local_epochs=training.local_epochs,
+        batch_size=training.batch_size, client_learning_rate=training.client_learning_rate,
+        proximal_strength=training.proximal_strength, clip=training.clip,
+        keep_fraction=training.keep_fraction, bound=accounting.bound,
+        shuffle_delta=accounting.shuffle_delta, delta=accounting.delta, seed=_SEED.value,
+        eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value,
+        device=_DEVICE.value, progress=_PROGRESS.value, restart=_RESTART.value,
+        insecure_reproducible_noise=privacy_flags.insecure(), own_runtime=False,
+        details=config).table
   print()
   print(table)
   print(f"\nmetrics, checkpoints, TensorBoard logs, summary.md/json and accuracy.png in "

@@ -25,7 +25,9 @@ Presets (``--preset``; any flag given explicitly overrides the preset):
   The pooled train records of Synthetic IID users (:mod:`datasets.synthetic`,
   60 features, 10 classes), classes 0-4 owned by owner "0-4" at ε = 0.1 and
   classes 5-9 by owner "5-9" at ε = 1, δ = 1e-5, SAMPLE, multinomial
-  logistic regression.
+  logistic regression. Its hyperparameters are the defaults shared with
+  ``tff_idp.run_ino_sgd`` (``tff_idp/ino_sgd/defaults.py``), and so are those
+  of ``--dataset`` runs under this preset, which use every record of your split.
 * ``mn``: the same owners and budgets on the datasets/ FMNIST source (EMNIST
   digits, writers pooled), with PC-MNIST.
 * ``cm`` / ``cl``: CIFAR-10, ten owners with one class each, SCALE, ε =
@@ -61,7 +63,10 @@ from tff_idp import model_catalog
 from tff_idp import preferences
 from tff_idp.accounting.owner import plan as owner_plan
 from tff_idp.centralized.silo import Silo
+from tff_idp.ino_sgd import defaults as ino_defaults
 from tff_idp.ino_sgd import methods as ino_methods
+
+D = ino_defaults.DEFAULTS  # shared with tff_idp.run_ino_sgd (one source, issue 34)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +79,7 @@ class Preset:
   epsilons: tuple[float, ...]
   mechanism: str
   steps: int
-  expected_batch: float
+  expected_batch: Optional[float]    # None: a tenth of the records, at most 1,000
   learning_rate: float
   clip_norm: float
   ino_gamma_ratio: float
@@ -86,16 +91,21 @@ class Preset:
 
   @property
   def owner_names(self) -> tuple[str, ...]:
-    return tuple(f"{c[0]}-{c[-1]}" if len(c) > 1 else f"class{c[0]}" for c in self.owners)
+    return tuple(ino_methods.classes_name(c) for c in self.owners)
 
 
 _TEN = tuple((c,) for c in range(10))
 PRESETS = {
+    # The defaults (tff_idp/ino_sgd/defaults.py) on the embedded data; its
+    # owners are those of D["budgets"].
     "embedded": Preset("embedded (MN setting, Synthetic IID)", "synthetic", "logistic",
-                       ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), (0.1, 1.0), "sample",
-                       steps=1000, expected_batch=1000, learning_rate=8.0, clip_norm=1.0,
-                       ino_gamma_ratio=0.5, ino_alpha=4.0, ino_beta=1.0,
-                       train_examples=20000, test_examples=5000),
+                       ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), (0.1, 1.0), D["mechanism"],
+                       steps=D["steps"], expected_batch=D["expected_batch"],
+                       learning_rate=D["learning_rate"], clip_norm=D["clip_norm"],
+                       ino_gamma_ratio=D["ino_gamma_ratio"], ino_alpha=D["ino_alpha"],
+                       ino_beta=D["ino_beta"],
+                       train_examples=ino_defaults.EMBEDDED_TRAIN_EXAMPLES,
+                       test_examples=ino_defaults.EMBEDDED_TEST_EXAMPLES),
     "mn": Preset("MN (EMNIST digits, 2 owners)", "fmnist", "pc_mnist",
                  ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), (0.1, 1.0), "sample",
                  steps=1000, expected_batch=1000, learning_rate=2.0, clip_norm=1.0,
@@ -119,44 +129,53 @@ METHODS = ino_methods.METHODS
 OWN_DATA_MODELS = model_catalog.MODELS
 
 _PRESET = flags.DEFINE_enum("preset", "embedded", list(PRESETS), "The setting (module doc).")
-_METHODS = flags.DEFINE_list("methods", list(METHODS),
+_METHODS = flags.DEFINE_list("methods", list(D["methods"]),
                              "Among idp_sgd, drop (one run per --drop_percents), ino_sgd.")
-_DROP = flags.DEFINE_list("drop_percents", ["10", "30", "50"],
+_DROP = flags.DEFINE_list("drop_percents", [f"{p:g}" for p in D["drop_percents"]],
                           "Drop x%: percentages of the less private owners' records removed.")
 _SEEDS = flags.DEFINE_list(
-    "seeds", ["0", "1", "2", "3", "4"],
+    "seeds", [str(s) for s in D["seeds"]],
     "Repeats, averaged (the paper uses 5): each seed sets the model init; sampling and "
     "noise are secret and fresh (derived from the seed only with "
     "--insecure_reproducible_noise).")
 _STEPS = flags.DEFINE_integer("steps", None, "T (default: the preset's).")
-_BATCH = flags.DEFINE_float("expected_batch", None,
-                            "b = Σ_n q_n|D_n|, the expected batch (default: the preset's).")
+_BATCH = flags.DEFINE_float(
+    "expected_batch", None,
+    "b = Σ_n q_n|D_n|, the expected batch (default: the preset's; embedded and --dataset: a "
+    "tenth of the records, at most 1,000).")
 _LR = flags.DEFINE_float("learning_rate", None, "SGD η (default: the preset's).")
 _CLIP = flags.DEFINE_float("clip_norm", None, "C, the largest clip threshold (preset's).")
 _MECHANISM = flags.DEFINE_enum("mechanism", None, list(owner_plan.MECHANISMS),
                                "sample (per-owner q) or scale (per-owner C); preset's.")
 _EPSILONS = flags.DEFINE_list("epsilons", None, "One ε per owner (default: the preset's).")
-_DELTA = flags.DEFINE_float("delta", 1e-5, "δ of every owner.")
+_DELTA = flags.DEFINE_float("delta", D["delta"],
+                            "δ of every owner (the INO-SGD paper's 1e-5; the other families: "
+                            "1e-4).")
 _GAMMA = flags.DEFINE_float(
     "ino_gamma_ratio", None,
     "INO-SGD tail length γ as a fraction of the expected Σ_d q_d C_d of a batch (the "
     "paper's guidance is ≤ 0.5, D.4.2); 0 = IDP-SGD. Default: the preset's.")
 _ALPHA = flags.DEFINE_float("ino_alpha", None, "Beta(α, β) tail function α (preset's).")
 _BETA = flags.DEFINE_float("ino_beta", None, "Beta(α, β) tail function β (preset's).")
-_TRAIN = flags.DEFINE_integer("train_examples", None, "Records in the silo (0 = all).")
-_TEST = flags.DEFINE_integer("test_examples", None, "Test examples (0 = all).")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", 100, "Evaluate every k steps (0 = only at the end).")
-_DATA_SEED = flags.DEFINE_integer("data_seed", 0, "Seed of the data and of Drop's choice.")
+_TRAIN = flags.DEFINE_integer("train_examples", None,
+                              "Records in the silo (0 = all; default: the preset's, with "
+                              "--dataset all).")
+_TEST = flags.DEFINE_integer("test_examples", None,
+                             "Test examples (0 = all; default: the preset's, with --dataset all).")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", D["eval_every"],
+                                   "Evaluate every k steps (0 = only at the end).")
+_DATA_SEED = flags.DEFINE_integer("data_seed", D["data_seed"],
+                                  "Seed of the data and of Drop's choice.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "mn/cm/cl: source data directory.")
 _SPLIT_DIR = flags.DEFINE_string("split_dir", None, "mn/cm/cl: built split directory.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/ino_sgd", "Where results go.")
-_PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+_PROGRESS = flags.DEFINE_bool("progress", D["progress"], "Show progress bars.")
 _DATASET = flags.DEFINE_string(
     "dataset", None,
     "Your own data instead of the preset's: a split directory (datasets.from_arrays(...)"
     ".save(dir)), fmnist | cifar10 | svhn or tfds:<name>; every client's records are pooled "
     "into one silo. The preset still gives the hyperparameters.")
-_MODEL = flags.DEFINE_enum("model", "auto", list(OWN_DATA_MODELS),
+_MODEL = flags.DEFINE_enum("model", D["model"], list(OWN_DATA_MODELS),
                            "--dataset: the model (auto: logreg for features, cnn for images).")
 _CLASS_BUDGETS = flags.DEFINE_list(
     "class_budgets", None,
@@ -167,7 +186,8 @@ _RECORD_DISTRIBUTION = flags.DEFINE_enum(
     "record_distribution", None, sorted(preferences.DISTRIBUTIONS),
     "Budgets per record instead, drawn from this distribution (tff_idp.preferences, seeded "
     "by --budget_seed); records of equal ε form one owner and the table reports each class.")
-_BUDGET_SEED = flags.DEFINE_integer("budget_seed", 0, "--record_distribution: draw seed.")
+_BUDGET_SEED = flags.DEFINE_integer("budget_seed", D["budget_seed"],
+                                    "--record_distribution: draw seed.")
 privacy_flags.define(release_only=True)
 
 
@@ -256,8 +276,11 @@ def parse_config() -> dict:
       "mechanism": pick(_MECHANISM, preset.mechanism), "delta": _DELTA.value,
       "ino_gamma_ratio": pick(_GAMMA, preset.ino_gamma_ratio),
       "ino_alpha": pick(_ALPHA, preset.ino_alpha), "ino_beta": pick(_BETA, preset.ino_beta),
-      "train_examples": pick(_TRAIN, preset.train_examples),
-      "test_examples": pick(_TEST, preset.test_examples),
+      # The preset's sizes are its own data's; your --dataset is used whole.
+      "train_examples": pick(_TRAIN, D["train_examples"] if _DATASET.value
+                             else preset.train_examples),
+      "test_examples": pick(_TEST, D["test_examples"] if _DATASET.value
+                            else preset.test_examples),
       "eval_every": _EVAL_EVERY.value, "data_seed": _DATA_SEED.value,
       "progress": _PROGRESS.value,
       "insecure_reproducible_noise": privacy_flags.insecure(),
@@ -265,7 +288,7 @@ def parse_config() -> dict:
   }
   if cfg["steps"] < 1:
     raise ValueError(f"--steps={cfg['steps']} must be >= 1.")
-  if not cfg["expected_batch"] > 0:
+  if cfg["expected_batch"] is not None and not cfg["expected_batch"] > 0:
     raise ValueError(f"--expected_batch={cfg['expected_batch']} must be > 0.")
   for name in ("learning_rate", "clip_norm"):
     if not cfg[name] > 0 or math.isinf(cfg[name]):
@@ -362,7 +385,8 @@ def main(argv):
     cfg = parse_config()
     preset = PRESETS[cfg["preset"]]
     data, owners = _data_and_owners(preset, cfg)
-    cfg.update(epsilons=list(owners.epsilons), owner_names=list(owners.names))
+    cfg.update(epsilons=list(owners.epsilons), owner_names=list(owners.names),
+               expected_batch=ino_defaults.expected_batch(cfg["expected_batch"], len(data.y)))
     if cfg["expected_batch"] > len(data.y):
       raise ValueError(f"--expected_batch={cfg['expected_batch']:g} exceeds the "
                        f"{len(data.y)} records; lower it.")

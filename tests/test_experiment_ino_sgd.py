@@ -29,7 +29,10 @@ def test_embedded_default_compares_idp_drop_and_ino_per_group(tmp_path):
                "--drop_percents=20"], tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
   out = proc.stdout
-  assert "| method | overall acc (%) | acc 0-4 (ε=0.1) (%) | acc 5-9 (ε=1) (%) |" in out
+  assert ("| method | overall acc (%) | acc classes 0-4 (ε=0.1) (%) | "
+          "acc classes 5-9 (ε=1) (%) |") in out
+  assert "per-group test accuracy (2 seeds)" in out
+  assert "| classes 0-4 (ε=0.1) |" in out and "INO − IDP (points, 95% CI" in out
   for label in ("IDP-SGD", "Drop 20%", "INO-SGD"):
     assert f"| {label} |" in out
   summary = json.load(open(tmp_path / "summary.json"))

@@ -184,15 +184,17 @@ def test_run_ino_sgd_on_your_split_by_class_and_per_record(hospitals, tmp_path):
   import tff_idp  # pylint: disable=g-import-not-at-top
   result = tff_idp.run_ino_sgd(datasets.resolve(hospitals), output_dir=str(tmp_path / "lib"),
                                budgets={0: 0.5, 1: 4.0}, methods=["idp_sgd", "ino_sgd"],
-                               steps=20, expected_batch=60, eval_every=10, progress=False)
+                               steps=20, expected_batch=60, eval_every=10, progress=False,
+                               seeds=[0, 1])
   assert [r["label"] for r in result.rows] == ["IDP-SGD", "INO-SGD"]
-  assert "eps=0.5 (ε=0.5)" in result.table and "INO-SGD on your data" in result.table
+  assert "class 0 (ε=0.5)" in result.table and "INO-SGD on your data" in result.table
+  assert "| class 0 (ε=0.5) |" in result.table  # the paired INO − IDP row of the group
   for row in result.rows:
     assert row["achieved_epsilons"][0] <= 0.5 and row["achieved_epsilons"][1] <= 4.0
     assert 0.0 <= row["mean_accuracy"] <= 1.0
   summary = json.load(open(tmp_path / "lib" / "summary.json"))
   assert summary["family"] == "ino_sgd" and summary["details"]["owners"] == {
-      "eps=0.5": 0.5, "eps=4": 4.0}
+      "class 0": 0.5, "class 1": 4.0}
   proc = _run("experiments.ino_sgd", [
       f"--dataset={hospitals}", "--record_distribution=three_levels", "--methods=idp_sgd",
       "--steps=10", "--expected_batch=60", "--eval_every=10", "--seeds=0",

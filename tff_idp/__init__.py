@@ -19,6 +19,7 @@ _PUBLIC = {
     "run_idp_fedavg": "tff_idp.runners",
     "run_rpdp": "tff_idp.runners",
     "run_ino_sgd": "tff_idp.runners",
+    "run_apes": "tff_idp.runners",
     # IDP-FedAvg
     "build_idp_fedavg_process": "tff_idp.idp_fedavg.process",
     "build_idp_fedavg_driver_process": "tff_idp.idp_fedavg.process",

@@ -7,10 +7,16 @@ PrivacyFree) and :func:`run_ino_sgd` (owners' budgets per class or per
 record on the pooled records, INO-SGD Alg. 1 against IDP-SGD and Drop x%)
 take any split of :mod:`datasets` (``datasets.from_arrays``,
 ``datasets.resolve("tfds:mnist")``, a saved split directory, a built-in
-federation) and run the same code paths as ``experiments.idp_fedavg`` and
-``experiments.rpdp``: calibration re-verified with dp-accounting, secret
-privacy randomness, checkpoints that resume exactly, ``metrics.csv`` /
-``summary.json`` / ``summary.md`` / a plot in ``output_dir``.
+federation) and run the same code paths as ``experiments.idp_fedavg``,
+``experiments.rpdp`` and ``experiments.ino_sgd``: calibration re-verified
+with dp-accounting, secret privacy randomness, checkpoints that resume
+exactly, ``metrics.csv`` / ``summary.json`` / ``summary.md`` / a plot in
+``output_dir``. :func:`run_apes` (users' local budgets with shuffle
+amplification, APES Alg. 1-2) takes users with a few records each
+(``datasets.shuffle_users``) and is what ``experiments.apes`` runs.
+
+Every runner's defaults are its command line's, from one source per family
+(docs/running.md, "Defaults: one set per family").
 
 Each starts and owns its TFF execution context (one local worker, stopped
 on return, on errors and on SIGINT/SIGTERM) unless ``own_runtime=False``, for
@@ -37,14 +43,18 @@ from tff_idp import models
 from tff_idp import preferences
 from tff_idp.accounting.owner import plan as owner_plan
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tff_idp.apes import defaults as apes_defaults
+from tff_idp.apes import runs as apes_runs
 from tff_idp.centralized.silo import Silo
 from tff_idp.execution import runtime
 from tff_idp.idp_fedavg import config as idp_config
 from tff_idp.idp_fedavg import runs as runs_lib
+from tff_idp.ino_sgd import defaults as ino_defaults
 from tff_idp.ino_sgd import methods as ino_methods
 from tff_idp.ino_sgd import runs as ino_runs
 from tff_idp.rpdp import record_level
 from tff_idp.rpdp import runs as record_runs
+from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
 from tff_idp.errors import ToolkitValueError
 
 
@@ -307,16 +317,24 @@ def ino_owners(silo: Silo, num_classes: int, budgets: Any,
   return ino_methods.owners_by_record(silo.y, np.asarray(budgets, float), num_classes)
 
 
-def run_ino_sgd(split, *, output_dir: str, budgets: Any = "0-4:0.1,5-9:1",
-                methods: Sequence[str] = ("idp_sgd", "drop", "ino_sgd"),
-                drop_percents: Sequence[float] = (10, 30, 50), seeds: Sequence[int] = (0,),
-                steps: int = 1000, expected_batch: Optional[float] = None,
-                learning_rate: float = 1.0, clip_norm: float = 1.0,
-                mechanism: str = "sample", delta: float = 1e-5,
-                ino_gamma_ratio: float = 0.5, ino_alpha: float = 4.0, ino_beta: float = 1.0,
-                model: Union[str, Callable[[], Any]] = "auto", eval_every: int = 100,
-                train_examples: int = 0, test_examples: int = 0, data_seed: int = 0,
-                budget_seed: int = 0, progress: bool = True) -> RunResult:
+_INO = ino_defaults.DEFAULTS  # the experiments.ino_sgd flags' defaults (embedded preset)
+
+
+def run_ino_sgd(split, *, output_dir: str, budgets: Any = _INO["budgets"],
+                methods: Sequence[str] = _INO["methods"],
+                drop_percents: Sequence[float] = _INO["drop_percents"],
+                seeds: Sequence[int] = _INO["seeds"], steps: int = _INO["steps"],
+                expected_batch: Optional[float] = _INO["expected_batch"],
+                learning_rate: float = _INO["learning_rate"],
+                clip_norm: float = _INO["clip_norm"], mechanism: str = _INO["mechanism"],
+                delta: float = _INO["delta"], ino_gamma_ratio: float = _INO["ino_gamma_ratio"],
+                ino_alpha: float = _INO["ino_alpha"], ino_beta: float = _INO["ino_beta"],
+                model: Union[str, Callable[[], Any]] = _INO["model"],
+                eval_every: int = _INO["eval_every"],
+                train_examples: int = _INO["train_examples"],
+                test_examples: int = _INO["test_examples"], data_seed: int = _INO["data_seed"],
+                budget_seed: int = _INO["budget_seed"], progress: bool = _INO["progress"],
+                release_only: bool = _INO["release_only"]) -> RunResult:
   """INO-SGD (Alg. 1) against IDP-SGD and "Drop x%" on ``split``'s records, pooled in one silo.
 
   Args:
@@ -337,13 +355,17 @@ def run_ino_sgd(split, *, output_dir: str, budgets: Any = "0-4:0.1,5-9:1",
       SAMPLE or SCALE (:mod:`tff_idp.accounting.owner.plan`), δ.
     ino_gamma_ratio, ino_alpha, ino_beta: INO-SGD's tail γ (as a fraction of
       E[Σ q C]) and its Beta(α, β) function; ``ino_gamma_ratio=0`` is IDP-SGD.
+    release_only: write no ``diagnostics.csv`` (un-noised batch statistics).
+    Defaults: those of ``experiments.ino_sgd`` (:data:`tff_idp.ino_sgd.defaults.DEFAULTS`),
+    so the runner and ``--dataset`` run the same comparison; δ = 1e-5 is the
+    INO-SGD paper's (the other families default to 1e-4).
     Other arguments: as the ``experiments.ino_sgd`` flags of the same names.
   """
   num_classes = int(split.info.num_classes)
   silo = silo_from_split(split, model=model, train_examples=train_examples,
                          test_examples=test_examples, seed=data_seed)
   owners = ino_owners(silo, num_classes, budgets, budget_seed)
-  batch = float(expected_batch or min(1000.0, max(1.0, len(silo.y) / 10)))
+  batch = ino_defaults.expected_batch(expected_batch, len(silo.y))
   cfg = {"preset": "own", "methods": list(methods),
          "drop_percents": [float(p) for p in drop_percents], "seeds": [int(s) for s in seeds],
          "epsilons": list(owners.epsilons), "owner_names": list(owners.names),
@@ -352,7 +374,7 @@ def run_ino_sgd(split, *, output_dir: str, budgets: Any = "0-4:0.1,5-9:1",
          "ino_gamma_ratio": float(ino_gamma_ratio), "ino_alpha": float(ino_alpha),
          "ino_beta": float(ino_beta), "eval_every": int(eval_every), "data_seed": int(data_seed),
          "budget_seed": int(budget_seed), "progress": progress,
-         "insecure_reproducible_noise": False, "release_only": False}
+         "insecure_reproducible_noise": False, "release_only": bool(release_only)}
   # Refuses an infeasible plan before any training, in one line.
   owner_plan.plan_owners(cfg["epsilons"], np.bincount(owners.of_record,
                                                       minlength=len(owners.epsilons)),
@@ -367,3 +389,82 @@ def run_ino_sgd(split, *, output_dir: str, budgets: Any = "0-4:0.1,5-9:1",
       details={"owners": dict(zip(owners.names, owners.epsilons)),
                "budgets": budgets if isinstance(budgets, str) else "given"})
   return RunResult(body, rows, output_dir)
+
+
+_APES = apes_defaults.DEFAULTS  # the experiments.apes flags' defaults
+
+
+def run_apes(users: apes_runs.UserFederation, *, output_dir: str,
+             frameworks: Sequence[str] = _APES["frameworks"],
+             distribution: str = _APES["distribution"], epsilon_seed: int = _APES["epsilon_seed"],
+             rounds: int = _APES["rounds"], local_epochs: int = _APES["local_epochs"],
+             batch_size: int = _APES["batch_size"],
+             client_learning_rate: float = _APES["client_learning_rate"],
+             proximal_strength: float = _APES["proximal_strength"], clip: float = _APES["clip"],
+             keep_fraction: float = _APES["keep_fraction"], bound: str = _APES["bound"],
+             shuffle_delta: Optional[float] = _APES["shuffle_delta"],
+             delta: float = _APES["delta"], seed: int = _APES["seed"],
+             eval_every: int = _APES["eval_every"],
+             checkpoint_every: int = _APES["checkpoint_every"], device: str = _APES["device"],
+             progress: bool = _APES["progress"], restart: bool = _APES["restart"],
+             insecure_reproducible_noise: bool = _APES["insecure_reproducible_noise"],
+             own_runtime: bool = True, details: Optional[Mapping[str, Any]] = None
+             ) -> RunResult:
+  """APES / S-APES against their baselines (APES paper Alg. 1-2, Tables 3-4) on ``users``.
+
+  What ``experiments.apes`` runs: every user draws a local ε_i from
+  ``distribution`` (Table 2, seeded by ``epsilon_seed``), runs FedProx every
+  round and sends its model delta clipped per coordinate to [−C, C] and
+  perturbed at ε_i; one row per framework gives ε^{ul}, the one-round ε^c
+  and ε^{uc}, the ``rounds``-round ε^{uc} and the test accuracy.
+
+  Args:
+    users: a :class:`tff_idp.apes.runs.UserFederation`, e.g.
+      ``datasets.shuffle_users.synthetic_users(1000)`` (the command line's
+      embedded users: ``--users``, ``--samples_per_user``, ``--data_seed``)
+      or ``datasets.shuffle_users.mnist_users(None, 12, data_dir)``
+      (``--preset=paper``, with ``rounds=40``).
+    output_dir: per-run checkpoints and metrics, ``summary.md``/``summary.json``,
+      ``accuracy.png`` (resumes when rerun with the same settings).
+    frameworks: among :data:`tff_idp.apes.runs.FRAMEWORKS`.
+    shuffle_delta: δ_s per shuffled coordinate; ``None``: δ/(10·d·T)
+      (:func:`tff_idp.apes.runs.default_shuffle_delta`).
+    delta: the user-level δ^{uc}.
+    insecure_reproducible_noise: derive the noise from ``seed`` (NOT PRIVATE;
+      debugging only).
+    details: extra entries for ``summary.json``'s config (the command line's flags).
+    Defaults: those of ``experiments.apes``
+    (:data:`tff_idp.apes.defaults.DEFAULTS`). Other arguments: as the
+    ``experiments.apes`` flags of the same names.
+  """
+  training = apes_runs.ApesTraining(
+      rounds=int(rounds), local_epochs=int(local_epochs), batch_size=int(batch_size),
+      client_learning_rate=float(client_learning_rate),
+      proximal_strength=float(proximal_strength), clip=float(clip),
+      keep_fraction=float(keep_fraction))
+  unknown = sorted(set(frameworks) - set(apes_runs.FRAMEWORKS))
+  if unknown or not frameworks:
+    raise ToolkitValueError(f"frameworks has {unknown or 'nothing'}; choose from "
+                            f"{', '.join(apes_runs.FRAMEWORKS)}.")
+  epsilons = apes_runs.draw_epsilons(distribution, users.num_users, int(epsilon_seed))
+  if shuffle_delta is None:
+    shuffle_delta = apes_runs.default_shuffle_delta(float(delta), users.num_params,
+                                                    training.rounds)
+  accounting = apes_runs.ApesAccounting(shuffle_delta=float(shuffle_delta),
+                                        delta=float(delta), bound=bound)
+  with _runtime(own_runtime, device):
+    rows = apes_runs.run_frameworks(
+        list(frameworks), users, epsilons, training, accounting, int(seed), output_dir,
+        eval_every=int(eval_every), checkpoint_every=int(checkpoint_every), progress=progress,
+        insecure_reproducible_noise=bool(insecure_reproducible_noise), restart=bool(restart))
+  config = dict(frameworks=list(frameworks), distribution=distribution,
+                epsilon_seed=int(epsilon_seed), **dataclasses.asdict(training), bound=bound,
+                delta=float(delta), seed=int(seed), eval_every=int(eval_every),
+                checkpoint_every=int(checkpoint_every), dataset=users.name)
+  config.update(details or {})
+  config.update(users=users.num_users, rounds=training.rounds,
+                shuffle_delta=accounting.shuffle_delta)
+  table = apes_runs.write_summary(
+      rows, training, accounting, output_dir, config,
+      privacy_warning=NOT_PRIVATE_LABEL if insecure_reproducible_noise else None)
+  return RunResult(table, rows, output_dir)

@@ -16,9 +16,9 @@ def test_drop_expands_to_one_run_per_percentage():
 def test_owners_by_class_group_classes_of_equal_budget_most_private_first():
   labels = np.array([0, 1, 2, 3, 2, 0])
   owners = methods.owners_by_class(labels, {0: 1.0, 1: 0.1, 2: 1.0, 3: 0.1})
-  assert owners.epsilons == (0.1, 1.0) and owners.names == ("eps=0.1", "eps=1")
+  assert owners.epsilons == (0.1, 1.0) and owners.names == ("1,3", "0,2")  # by their classes
   assert owners.of_record.tolist() == [1, 0, 1, 0, 1, 1]
-  assert owners.class_groups == {1: "eps=0.1", 3: "eps=0.1", 0: "eps=1", 2: "eps=1"}
+  assert owners.class_groups == {1: "1,3", 3: "1,3", 0: "0,2", 2: "0,2"}
   assert owners.by_class
   with pytest.raises(ValueError, match=r"classes \[3\] have no owner"):
     methods.owners_by_class(labels, {0: 1.0, 1: 0.1, 2: 1.0})

@@ -41,6 +41,11 @@ def percent_pm(mean: float, sd: float) -> str:
   return f"{100 * mean:.2f} ± {100 * sd:.2f}"
 
 
+def count(n: int, noun: str) -> str:
+  """``n`` and the noun, singular for one: "1 seed", "3 seeds", "0 seeds"."""
+  return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def or_dash(value: Any, fmt: Callable[[Any], str] = str) -> str:
   """``fmt(value)``, or "—" when ``value`` is None."""
   return DASH if value is None else fmt(value)

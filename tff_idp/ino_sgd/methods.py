@@ -69,11 +69,16 @@ class Owners:
 
 
 def owners_by_class(labels: np.ndarray, class_budgets: Mapping[int, float]) -> Owners:
-  """Owners as classes of equal budget (``{class: ε}``, every class present needs one)."""
+  """Owners as classes of equal budget (``{class: ε}``, every class present needs one).
+
+  Each owner is named by its classes (:func:`classes_name`, e.g. "0-4"), the
+  group its test records are reported under (INO-SGD §5: an owner holds classes).
+  """
   order = sorted(class_budgets.items(), key=lambda t: (float(t[1]), int(t[0])))
   levels = list(dict.fromkeys(float(e) for _, e in order))
-  owners = tuple(tuple(int(c) for c, e in order if float(e) == level) for level in levels)
-  names = tuple(budget_name(e) for e in levels)
+  owners = tuple(tuple(sorted(int(c) for c, e in order if float(e) == level))
+                 for level in levels)
+  names = tuple(classes_name(classes) for classes in owners)
   of_record = owner_of_labels(labels, owners)
   groups = {c: names[n] for n, classes in enumerate(owners) for c in classes}
   return Owners(of_record, tuple(levels), names, groups)
@@ -91,6 +96,22 @@ def owners_by_record(labels: np.ndarray, budgets: np.ndarray, num_classes: int) 
   return Owners(of_record.astype(np.int64), tuple(float(e) for e in levels),
                 tuple(budget_name(e) for e in levels),
                 {c: f"class {c}" for c in range(num_classes)})
+
+
+def classes_name(classes: Sequence[int]) -> str:
+  """An owner's name from its classes: "class 3", "0-4", "0-2,5,7-9" (runs of consecutive classes)."""
+  ordered = sorted(int(c) for c in classes)
+  if not ordered:
+    raise ValueError("an owner needs at least one class.")
+  if len(ordered) == 1:
+    return f"class {ordered[0]}"
+  runs: list[list[int]] = []
+  for c in ordered:
+    if runs and c == runs[-1][-1] + 1:
+      runs[-1].append(c)
+    else:
+      runs.append([c])
+  return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
 
 
 def budget_name(epsilon: float) -> str:

@@ -21,6 +21,7 @@ from tff_idp.centralized import trainer as centralized
 from tff_idp.centralized.silo import Silo
 from tff_idp.engine import group_metrics
 from tff_idp.engine import metrics as metrics_lib
+from tff_idp.engine import paired_stats
 from tff_idp.engine import report
 from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
@@ -142,20 +143,82 @@ def run_methods(silo: Silo, owners: np.ndarray, class_groups: dict, cfg: dict,
   return rows, family.runs
 
 
+def group_heads(names: Sequence[str], epsilons=None) -> list[str]:
+  """Each group's column name: its classes ("classes 0-4", "class 3"), with its owner's ε.
+
+  ``epsilons``: each group's budget (None when the groups are classes rather
+  than owners, i.e. per-record budgets), shown for up to four groups (more
+  are in the privacy plans' table).
+  """
+  labels = [g if g.startswith("class") else f"classes {g}" for g in names]
+  if epsilons is not None and len(names) <= 4:
+    return [f"{g} (ε={e:g})" for g, e in zip(labels, epsilons)]
+  return labels
+
+
 def format_table(rows: Sequence[dict], names: Sequence[str], epsilons=None) -> str:
   """The per-group table: overall, each group's accuracy, worst group, imbalance.
 
-  ``epsilons``: each group's budget, shown in the header for up to four
-  groups (None when the groups are classes rather than owners).
+  Groups are named by their classes ("classes 0-4", "class 3"; :func:`group_heads`).
   """
-  heads = ([f"{g} (ε={e:g})" for g, e in zip(names, epsilons)]
-           if epsilons is not None and len(names) <= 4 else names)
+  heads = group_heads(names, epsilons)
   pm = lambda s: report.percent_pm(s["mean"], s["std"])  # noqa: E731
   return report.markdown_table(
       ["method", "overall acc (%)", *(f"acc {h} (%)" for h in heads), "worst group (%)",
        "imbalance (std of recalls, %)"],
       [[r["label"], pm(r["accuracy"]), *(pm(r["group_accuracy"][g]) for g in names),
         pm(r["worst_group_accuracy"]), pm(r["imbalance"])] for r in rows])
+
+
+PAIRED_METHODS = ("INO-SGD", "IDP-SGD")
+"""The paired comparison's A and B: does INO-SGD's weighting beat IDP-SGD per group?"""
+
+
+def paired_by_group(rows: Sequence[dict], names: Sequence[str]) -> Optional[list[tuple]]:
+  """(group, INO-SGD − IDP-SGD) per group, then overall and the worst group; None without both.
+
+  The differences are of the final test accuracies, paired by seed
+  (:func:`tff_idp.engine.paired_stats.paired_comparison`, the paired t-test
+  of the IDP-FedAvg table): both methods share each seed's model init and
+  data; their sampling and noise are fresh per run. The INO-SGD paper's claim
+  (§5, Table 3) is that INO-SGD raises the more private owners' accuracy
+  without lowering the others'.
+  """
+  by_label = {r["label"]: r for r in rows}
+  if not all(m in by_label for m in PAIRED_METHODS):
+    return None
+  ino, idp = (by_label[m] for m in PAIRED_METHODS)
+  stats = [(g, ino["group_accuracy"][g], idp["group_accuracy"][g]) for g in names]
+  stats += [("overall", ino["accuracy"], idp["accuracy"]),
+            ("worst group", ino["worst_group_accuracy"], idp["worst_group_accuracy"])]
+  return [(g, a, b, _paired(a["values"], b["values"])) for g, a, b in stats]
+
+
+def _paired(a: Sequence[float], b: Sequence[float]) -> Optional[paired_stats.PairedComparison]:
+  """INO − IDP over the seeds; None when a value is missing (a group with no test records)."""
+  if not np.all(np.isfinite(a)) or not np.all(np.isfinite(b)):
+    return None
+  return paired_stats.paired_comparison(a, b, *PAIRED_METHODS)
+
+
+def format_paired(rows: Sequence[dict], names: Sequence[str], epsilons=None) -> Optional[str]:
+  """INO − IDP per group with its 95% CI and one-sided p (None unless both methods ran)."""
+  pairs = paired_by_group(rows, names)
+  if pairs is None:
+    return None
+  heads = dict(zip(names, group_heads(names, epsilons)))
+  pm = lambda s: report.percent_pm(s["mean"], s["std"])  # noqa: E731
+  cells = [[heads.get(g, g), pm(b), pm(a), report.or_dash(cmp, lambda c: c.format()),
+            report.DASH if cmp is None or cmp.n < 2 else ("yes" if cmp.separated else "no")]
+           for g, a, b, cmp in pairs]
+  n = len(pairs[0][1]["values"])
+  table = report.markdown_table(
+      ["group", "IDP-SGD acc (%)", "INO-SGD acc (%)",
+       "INO − IDP (points, 95% CI, one-sided p)", "INO better"], cells)
+  return (table + f"\n\n{paired_stats.TEST_NAME} of the final accuracies, n = "
+          f"{report.count(n, 'seed')}, df = {max(n - 1, 0)}; the two methods share each "
+          "seed's model init and data, their sampling and noise are fresh per run. p is "
+          "one-sided (H1: INO-SGD more accurate); INO better = the 95% CI lies above 0.")
 
 
 def format_plans(rows: Sequence[dict], names: Sequence[str], epsilons, delta: float) -> str:
@@ -198,8 +261,11 @@ def write_summary(rows: Sequence[dict], run_records: Sequence[dict], cfg: dict,
   """
   warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
   table = format_table(rows, group_names, group_epsilons)
+  paired = format_paired(rows, group_names, group_epsilons)
   plans = format_plans(rows, cfg["owner_names"], cfg["epsilons"], cfg["delta"])
-  text = [f"## {title}: per-group test accuracy ({len(cfg['seeds'])} seeds)\n\n{table}",
+  seeds = report.count(len(cfg["seeds"]), "seed")
+  text = [f"## {title}: per-group test accuracy ({seeds})\n\n{table}",
+          *([f"## INO-SGD − IDP-SGD per group, paired by seed\n\n{paired}"] if paired else []),
           f"## Privacy plans (the same for every seed)\n\n{plans}", *notes]
   if warning:
     text.insert(0, f"**{warning}** (--insecure_reproducible_noise)")
@@ -210,6 +276,9 @@ def write_summary(rows: Sequence[dict], run_records: Sequence[dict], cfg: dict,
   summary_lib.write_summary(
       output_dir, "ino_sgd", {k: v for k, v in cfg.items() if k != "owners"}, rows,
       privacy_warning=warning,
-      details={"data": data_name, "runs": list(run_records), **(details or {})})
+      details={"data": data_name, "runs": list(run_records),
+               "paired": [dict(cmp.to_dict(), group=g) if cmp else {"group": g}
+                          for g, _, _, cmp in paired_by_group(rows, group_names) or []],
+               **(details or {})})
   plot(rows, group_names, os.path.join(output_dir, "per_group.png"), title)
   return body
