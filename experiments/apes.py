@@ -122,6 +122,12 @@ def check() -> tuple[int, int, apes_runs.ApesTraining]:
   if _SHUFFLE_DELTA.value is not None:
     apes_runs.ApesAccounting(shuffle_delta=_SHUFFLE_DELTA.value, delta=_DELTA.value,
                              bound=_BOUND.value)
+  if _PRESET.value == "paper":  # issue 33: a flag the preset ignores was accepted silently
+    cli.refuse_inapplicable(("data_seed",), "it seeds the embedded users, and "
+                            "--preset=paper reads MNIST from --data_dir")
+  else:
+    cli.refuse_inapplicable(("data_dir",), f"--preset={_PRESET.value} generates its users; "
+                            "only --preset=paper reads --data_dir")
   return _USERS.value or preset["users"], rounds, training
 
 

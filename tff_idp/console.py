@@ -101,11 +101,3 @@ def note(message: str, key: Optional[str] = None) -> bool:
 def warning(message: str) -> None:
   """Prints ``warning: <message>`` on stderr: a setting that will likely spoil the run."""
   print(f"warning: {message}", file=sys.stderr, flush=True)
-
-
-def plural(count: int, noun: str, plural_form: Optional[str] = None) -> str:
-  """``"1 seed"``, ``"3 seeds"``: a count and its noun, grammatical (issue 34 item 4)."""
-  if count == 1:
-    return f"{count} {noun}"
-  return f"{count} {plural_form or noun + 's'}"
-

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from tff_idp import console
+from tff_idp.engine import report as engine_report
 from tff_idp.audit import client_canaries
 from tff_idp.audit import controls
 from tff_idp.audit import report
@@ -138,7 +138,7 @@ class ClientCanaryAudit(RunPlugin):
       return []
     return ["", "**Empirical privacy audit** (canary clients, "
             f"--audit_canaries={self.num_canaries} per run and seed, pooled over "
-            f"{console.plural(len(config.seeds), 'seed')}):", "", report.format_audit_table(results)]
+            f"{engine_report.count(len(config.seeds), 'seed')}):", "", report.format_audit_table(results)]
 
   def header_lines(self, results) -> list[str]:
     broken = [r["run"] for r in results if r.get("broken_control")]

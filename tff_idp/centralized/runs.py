@@ -22,7 +22,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tff_idp import console
 from tff_idp import preferences
 from tff_idp.accounting.record import calibration as record_calibration
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
@@ -246,7 +245,7 @@ def format_compare(rows: Sequence[dict], num_seeds: int) -> str:
         f"{r['noise_multiplier']:.3g}", r["steps"], f"{100 * r['mean_unused_budget']:.2f}%",
         f"{r['max_spent_over_budget']:.4f}", r["records_never_trained"]])
   return report.markdown_table(
-      ["method", "batch size", f"test acc (mean ± sd, {console.plural(num_seeds, 'seed')})",
+      ["method", "batch size", f"test acc (mean ± sd, {report.count(num_seeds, 'seed')})",
        "s/step (TF part)", "calibration (s)", "σ", "steps", "mean unused budget",
        "max ε spent/ε", "records never trained"], cells)
 

@@ -30,7 +30,6 @@ from scipy import stats
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_idp import console
 from tff_idp.idp_fedavg import aggregators
 from tff_idp.idp_fedavg.config import TrainingConfig
 from tff_idp.idp_fedavg.config import check_settings
@@ -434,7 +433,7 @@ def training_line(config: TrainingConfig) -> str:
   clip = "adaptive clip" if config.initial_clip is None else \
       f"adaptive clip from {config.initial_clip:g}"
   return (f"training: {config.rounds} rounds, {config.clients_per_round:g} expected clients "
-          f"per round, {console.plural(config.local_epochs, 'local epoch')} at batch "
+          f"per round, {report.count(config.local_epochs, 'local epoch')} at batch "
           f"{config.batch_size}, client {config.client_optimizer} lr "
           f"{config.client_learning_rate:g}, server lr {config.server_learning_rate:g}, "
           f"{clip}, δ={config.delta:g}")
@@ -474,7 +473,7 @@ def format_table(config: TrainingConfig, results: list[dict],
                   separated])
   lines = [training_line(config), "", report.markdown_table(
       [f"distribution (ε {budgets})", "σ", "z_Δ", "q per group", "E[clients/round]",
-       f"accuracy % (mean ± sd, {console.plural(n, 'seed')})",
+       f"accuracy % (mean ± sd, {report.count(n, 'seed')})",
        "paired Δ = ref − this (points, 95% CI, one-sided p)", "separated"], cells)]
   sigma_b = ("0.05·c, or σ where 0.05·c ≤ σ/2" if config.clipped_count_stddev is None
              else f"{config.clipped_count_stddev:g}")
@@ -484,7 +483,7 @@ def format_table(config: TrainingConfig, results: list[dict],
       "",
       f"ordering down the table: {sum(p['separated'] for p in chain)} of {len(chain)} "
       "neighbouring pairs separated.",
-      f"paired Δ: {paired_stats.TEST_NAME} of the final accuracies, n={console.plural(n, 'seed')}, "
+      f"paired Δ: {paired_stats.TEST_NAME} of the final accuracies, n={report.count(n, 'seed')}, "
       f"df={max(n - 1, 0)}; pairs share the seed (model init, data order); noise and "
       "sampling are fresh per run. p is one-sided (H1: ref more accurate); "
       "separated = the 95% CI lies above 0. "
@@ -532,7 +531,7 @@ def plot_accuracy(results: list[dict], path: str, warning: Optional[str] = None)
                           color=line.get_color(), alpha=0.18, lw=0)
     left.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     left.set_xlabel("round")
-    left.set_ylabel(f"test accuracy % (mean of {console.plural(n, 'seed')}, 95% band)")
+    left.set_ylabel(f"test accuracy % (mean of {report.count(n, 'seed')}, 95% band)")
     left.set_title("accuracy per round" + (f"\n{warning}" if warning else ""),
                    color="red" if warning else "black")
     left.grid(alpha=0.3)

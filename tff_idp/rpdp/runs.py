@@ -144,7 +144,7 @@ def format_table(results: list[dict], num_seeds: int) -> str:
   """The Fig. 8-style table; with budgets by class, per-group utility columns too."""
   by_group = all("group_accuracy" in r for r in results)
   header = [
-      "method", f"accuracy (mean ± sd, {console.plural(num_seeds, 'seed')})", "E[batch]/step",
+      "method", f"accuracy (mean ± sd, {report.count(num_seeds, 'seed')})", "E[batch]/step",
       "records with q=0", "excluded at end", "mean ε spent / mean budget",
       "max budget used vs effective ε", "budget used vs own ε_ij (max / mean)", "SCF R²",
       "lowered by exact check"]
