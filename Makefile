@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_workers
 	$(PY) -m benchmarks.bench_flag_errors
 	$(PY) -m benchmarks.bench_worker_memory
+	$(PY) -m benchmarks.bench_default_hyperparameters
 
 clean:
 	rm -rf $(VENV) runs

@@ -31,6 +31,9 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
+# Imported before absl's app.run (see tff_idp.cli.launch): imported inside it, every
+# Keras Sequential model fails with "Output tensors of a Sequential model must be ...".
+import tensorflow  # noqa: F401  pylint: disable=unused-import
 
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1"], "Training seeds (accuracy is averaged).")
 _OUT = flags.DEFINE_string("out", os.path.join(os.path.dirname(__file__), "results",
