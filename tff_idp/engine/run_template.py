@@ -17,6 +17,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from tff_idp.engine.summary import sample_sd
+from tff_idp.execution import runtime
 
 
 @dataclasses.dataclass
@@ -48,6 +49,7 @@ def run_grid(specs: Sequence[Any], seeds: Sequence[int], family: FamilyRuns) -> 
     results = [family.run_seed(spec, int(seed)) for seed in seeds]
     finals = [r.final_accuracy for r in results]
     row = family.end_spec(spec, results)
+    runtime.release_compiled_computations()  # a long grid's driving process stays flat
     row.update(final_accuracies=finals, mean_accuracy=float(np.mean(finals)),
                std_accuracy=sample_sd(finals))
     rows.append(row)

@@ -296,6 +296,7 @@ class _IdpFedAvgRuns:
   def end_spec(self, spec: privacy_plan.RunSpec, results: Sequence[SeedResult]) -> dict:
     if isinstance(self.process, in_process.InProcessLearningProcess):
       self.process.close()
+    self.process = None  # released before the next spec calibrates and builds its own
     row = dict(self.plan_summary, label=spec.name, seeds=list(self.config.seeds),
                epsilon_spent=list(self.eps_spent) if self.eps_spent else None,
                history=results[0].history, history_by_seed=[r.history for r in results],
