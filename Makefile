@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_flag_errors
 	$(PY) -m benchmarks.bench_worker_memory
 	$(PY) -m benchmarks.bench_default_hyperparameters
+	$(PY) -m benchmarks.bench_run_spec_memory
 
 clean:
 	rm -rf $(VENV) runs
