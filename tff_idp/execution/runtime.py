@@ -11,9 +11,12 @@ starts the worker itself and guarantees it ends with the run:
 * ``PR_SET_PDEATHSIG`` asks Linux to SIGKILL it if the Python process dies,
   even by SIGKILL (set by a single-threaded launcher that then execs the
   worker, never by Python code in a child forked from this threaded process);
-* ``close()`` runs on normal exit (context manager and ``atexit``), on
-  exceptions, and on SIGINT/SIGTERM (handlers chain to the previous ones).
-  It ends only the process this runtime started, by PID.
+* ``close()`` runs on normal exit (context manager and ``atexit``) and on
+  exceptions. On SIGINT/SIGTERM the handler (chained to the previous one)
+  only sends SIGTERM to the worker(s) this runtime started, by PID, and
+  raises; ``close()`` then runs on the way out, outside the handler, and no
+  new worker starts after a signal. It ends only processes this runtime
+  started, by PID.
 * a worker that exits mid-run raises :class:`WorkerDiedError` within
   ``_WATCHDOG_POLL_S`` instead of being restarted or retried forever, and a
   waiting computation wakes every ``_WATCHDOG_POLL_S`` so SIGINT/SIGTERM are
