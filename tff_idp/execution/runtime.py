@@ -142,15 +142,21 @@ def _resolve_allocator(allocator: Optional[str]) -> Optional[str]:
       raise ValueError(f"worker_allocator={allocator!r}: no such file; give a "
                        "shared library path, 'auto' or 'glibc'.")
     return allocator
-  path = find_worker_allocator()
-  if path is None:
-    console.note(
-        "no jemalloc or tcmalloc found, so the TFF worker uses glibc malloc, whose memory "
-        "creeps up ~0.3 MiB per round; it is restarted between rounds whenever it has "
-        f"grown {DEFAULT_RECYCLE_WORKER_MIB:g} MiB. Installing jemalloc (Debian/Ubuntu: "
-        "apt-get install libjemalloc2) keeps it flat without restarts.",
-        key="no_worker_allocator")
-  return path
+  return find_worker_allocator()
+
+
+def note_glibc_worker_recycled(grown_mib: float) -> bool:
+  """Says once per process, when it first happens, why the worker is being restarted.
+
+  Printed at the first recycle rather than at start-up (issue 34 item 5: the
+  notice printed twice per run in two logging formats, and ahead of the
+  one-line error of a refused run); True if it printed.
+  """
+  return console.note(
+      f"the TFF worker has grown {grown_mib:.0f} MiB (glibc malloc: no jemalloc or tcmalloc "
+      "found), so it is restarted between rounds, without losing state. Installing "
+      "jemalloc (Debian/Ubuntu: apt-get install libjemalloc2) keeps it flat without "
+      "restarts.", key="glibc_worker_recycled")
 
 
 def release_compiled_computations() -> None:
@@ -266,7 +272,7 @@ class ExecutionRuntime:
     executor_idle_calls: an executor not used by the last this-many
       invocations is closed (None: never), freeing its worker state.
     worker_allocator: ``"auto"`` preloads jemalloc or tcmalloc into the worker
-      when installed (else glibc, with a warning); a library path preloads
+      when installed (else glibc, recycled, with a note at the first recycle); a library path preloads
       that; ``None`` or ``"glibc"`` keeps glibc's malloc.
     malloc_arena_max: glibc only: sets ``MALLOC_ARENA_MAX`` for the worker
       (unless already set). 1 also keeps it flat, but rounds get ~20-35%
@@ -540,6 +546,8 @@ class ExecutionRuntime:
           self._standby = self._spawn_worker(portpicker.pick_unused_port())
     if not grown > self.recycle_worker_mib:
       return False
+    if self.worker_allocator_path is None:
+      note_glibc_worker_recycled(grown)
     self.recycle_worker()
     return True
 

@@ -267,8 +267,6 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
                                          privacy_free_batch, estimator,
                                          dropout_cutoff=dropout_cutoff)
         for m in methods}
-  for plan in plans_by_seed[seeds[0]].values():  # the rates depend on the budgets only
-    warn_if_batch_below_one(plan)
   # The per-record plan holds personal budgets: a diagnostic, not part of a release.
   if release_only:
     pass
@@ -283,6 +281,8 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
       audit.prepare(plans_by_seed[seeds[0]], federation.records)
     except ValueError as e:
       raise AuditConfigError(str(e)) from None
+  for plan in plans_by_seed[seeds[0]].values():  # the rates depend on the budgets only
+    warn_if_batch_below_one(plan)
   family = _RecordRuns(
       federation=federation, budgets_by_seed=budgets_by_seed, params=params,
       plans_by_seed=plans_by_seed, seeds=seeds,
