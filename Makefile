@@ -55,7 +55,9 @@ bench: $(STAMP)
 # Mutation testing (mutmut 3; setup.cfg [mutmut] lists the modules and their mirrored tests).
 # A fresh run each time; the per-module kill rates and the survivors are printed at the end
 # and again by `make mutation-report`. MUTATION_WORKERS processes test mutants in parallel.
+# SAMPLE's property test runs at MUTATION_PROPERTY_EXAMPLES random settings here (40 in make test).
 MUTATION_WORKERS ?= 2
+MUTATION_PROPERTY_EXAMPLES ?= 10
 MUTATION_STAMP := $(VENV)/.mutation-installed
 
 $(MUTATION_STAMP): requirements-mutation.txt $(STAMP)
@@ -66,7 +68,8 @@ mutation: $(MUTATION_STAMP)
 	rm -rf mutants
 	mkdir -p mutants
 	@echo "mutmut run: progress in mutants/run.log"
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) tools/mutmut_run.py run --max-children $(MUTATION_WORKERS) \
+	TF_CPP_MIN_LOG_LEVEL=2 TFF_IDP_PROPERTY_EXAMPLES=$(MUTATION_PROPERTY_EXAMPLES) \
+	  $(PY) tools/mutmut_run.py run --max-children $(MUTATION_WORKERS) \
 	  > mutants/run.log 2>&1 || (tail -c 3000 mutants/run.log; exit 1)
 	@tail -c 400 mutants/run.log | tr '\r' '\n' | tail -n 3
 	$(PY) tools/mutation_report.py
