@@ -20,7 +20,6 @@ import fnmatch
 import json
 import pathlib
 import re
-import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -64,23 +63,30 @@ def verdict(code) -> str:
           34: "skipped", -11: "segfault", -9: "segfault"}.get(code, "suspicious")
 
 
-def diff_line(name: str) -> str:
-  out = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=ROOT,
-                       capture_output=True, text=True).stdout
-  lines = [l for l in out.splitlines() if l[:2] in ("- ", "+ ")]
-  return " / ".join(l.strip() for l in lines)[:240]
+def diff_line(name: str, path: str) -> str:
+  """The mutant's changed lines, from mutmut's own diff (run in the repository root)."""
+  from mutmut.mutation.diff_apply import get_diff_for_mutant  # pylint: disable=g-import-not-at-top
+  try:
+    out = get_diff_for_mutant(name, path=path)
+  except Exception as e:  # pylint: disable=broad-except
+    return f"(no diff: {e})"
+  lines = [l for l in out.splitlines() if l[:1] in "-+" and l[:3] not in ("---", "+++")]
+  return " / ".join(" ".join(l.split()) for l in lines)[:240]
 
 
 def main() -> int:
   ap = argparse.ArgumentParser()
   ap.add_argument("--no-diff", action="store_true")
   args = ap.parse_args()
+  import os  # pylint: disable=g-import-not-at-top
+  os.chdir(ROOT)
   if not MUTANTS.exists():
     print("no mutants/ folder: run `make mutation` first")
     return 0
   patterns = listed_modules()
   equiv = equivalents()
   rows = {}  # module label -> list[(name, verdict)]
+  paths = {}  # mutant name -> its source path
   per_file = {}
   for meta in sorted(MUTANTS.rglob("*.py.meta")):
     rel = meta.relative_to(MUTANTS).as_posix()[: -len(".meta")]
@@ -90,6 +96,7 @@ def main() -> int:
     label = group.rstrip("*").rstrip("/") if group.endswith("*") else group
     codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
     items = [(k, verdict(v)) for k, v in codes.items()]
+    paths.update({k: rel for k in codes})
     rows.setdefault(label, []).extend(items)
     if group.endswith("*"):
       per_file[rel] = items
@@ -129,7 +136,7 @@ def main() -> int:
       extra = f"  [{equiv[k]}]" if k in equiv else ""
       print(f"  {mark} {k}: {v}{extra}")
       if not args.no_diff and k not in equiv:
-        print(f"      {diff_line(k)}")
+        print(f"      {diff_line(k, paths[k])}")
   return 0
 
 
