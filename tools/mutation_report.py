@@ -63,80 +63,112 @@ def verdict(code) -> str:
           34: "skipped", -11: "segfault", -9: "segfault"}.get(code, "suspicious")
 
 
-def diff_line(name: str, path: str) -> str:
-  """The mutant's changed lines, from mutmut's own diff (run in the repository root)."""
+# A mutant whose changed source line is a raise statement, a logging/warnings
+# call, or a line holding only a string literal (a message continued over
+# lines) changes what an error or log message says, not what the code does.
+# Such mutants are counted apart as "message" (docs/architecture.md, "Mutation
+# testing"), as mutmut's own `# pragma: no mutate` would do line by line.
+_MESSAGE_LINE = re.compile(
+    r"^\s*(raise\b|logging\.\w+\(|logger\.\w+\(|warnings\.warn\()"
+    r"|^\s*(rf|fr|f|r)?(\"[^\"]*\"|'[^']*')\s*[,)]*\s*(\)\s*)*$")
+
+
+def is_message_only(diff: str) -> bool:
+  removed = [l[1:] for l in diff.splitlines() if l.startswith("-") and not l.startswith("---")]
+  return bool(removed) and all(_MESSAGE_LINE.search(l) for l in removed)
+
+
+def _diff(name: str, path: str) -> str:
   from mutmut.mutation.diff_apply import get_diff_for_mutant  # pylint: disable=g-import-not-at-top
   try:
-    out = get_diff_for_mutant(name, path=path)
+    return get_diff_for_mutant(name, path=path)
   except Exception as e:  # pylint: disable=broad-except
     return f"(no diff: {e})"
+
+
+def _cache_parsed_modules():
+  """mutmut re-parses the mutated module for every diff: parse each file once."""
+  import functools  # pylint: disable=g-import-not-at-top
+  from mutmut.mutation import diff_apply  # pylint: disable=g-import-not-at-top
+  diff_apply.read_mutants_module = functools.lru_cache(maxsize=None)(diff_apply.read_mutants_module)
+
+
+def _short(out: str) -> str:
+  """The mutant's changed lines on one line."""
   lines = [l for l in out.splitlines() if l[:1] in "-+" and l[:3] not in ("---", "+++")]
   return " / ".join(" ".join(l.split()) for l in lines)[:240]
 
 
 def main() -> int:
   ap = argparse.ArgumentParser()
-  ap.add_argument("--no-diff", action="store_true")
+  ap.add_argument("--no-diff", action="store_true", help="survivor names without their diff")
+  ap.add_argument("--messages", action="store_true",
+                  help="also list the mutants counted as message-only, with their diff")
   args = ap.parse_args()
   import os  # pylint: disable=g-import-not-at-top
   os.chdir(ROOT)
   if not MUTANTS.exists():
     print("no mutants/ folder: run `make mutation` first")
     return 0
+  _cache_parsed_modules()
   patterns = listed_modules()
   equiv = equivalents()
-  rows = {}  # module label -> list[(name, verdict)]
-  paths = {}  # mutant name -> its source path
-  per_file = {}
+  groups = {}  # label -> list of (file, name, verdict, class)
   for meta in sorted(MUTANTS.rglob("*.py.meta")):
     rel = meta.relative_to(MUTANTS).as_posix()[: -len(".meta")]
     group = next((p for p in patterns if fnmatch.fnmatch(rel, p)), None)
     if group is None:
       continue
-    label = group.rstrip("*").rstrip("/") if group.endswith("*") else group
+    label = group[:-2] if group.endswith("/*") else group
     codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
-    items = [(k, verdict(v)) for k, v in codes.items()]
-    paths.update({k: rel for k in codes})
-    rows.setdefault(label, []).extend(items)
-    if group.endswith("*"):
-      per_file[rel] = items
+    for name, code in sorted(codes.items()):
+      v = verdict(code)
+      if v in ("killed", "timeout"):
+        cls, diff = "killed", ""
+      elif name in equiv:
+        cls, diff = "equivalent", ""
+      else:
+        diff = _diff(name, rel)
+        cls = "message" if is_message_only(diff) else "left"
+      groups.setdefault(label, []).append((rel, name, v, cls, diff))
 
   def line(label, items, indent=""):
+    count = {c: sum(1 for i in items if i[3] == c)
+             for c in ("killed", "message", "equivalent", "left")}
     n = len(items)
-    killed = sum(v in ("killed", "timeout") for _, v in items)
-    eq = sum(v not in ("killed", "timeout") and k in equiv for k, v in items)
-    left = n - killed - eq
-    rate = 100.0 * killed / n if n else 100.0
-    rate_eq = 100.0 * killed / (n - eq) if n - eq else 100.0
-    flag = "" if rate_eq >= 95.0 else "  < 95%"
-    print(f"{indent}{label:<48} {n:6d} {killed:7d} {eq:5d} {left:5d} {rate:7.1f}% {rate_eq:7.1f}%{flag}")
-    return n, killed, eq
+    scored = n - count["message"] - count["equivalent"]
+    rate = 100.0 * count["killed"] / scored if scored else 100.0
+    flag = "" if rate >= 95.0 else "  < 95%"
+    print(f"{indent}{label:<{48 - len(indent)}} {n:7d} {count['killed']:7d} {count['message']:7d} "
+          f"{count['equivalent']:5d} {count['left']:5d} {rate:7.1f}%{flag}")
+    return [n, count["killed"], count["message"], count["equivalent"], count["left"]]
 
-  print(f"{'module':<48} {'mutants':>6} {'killed':>7} {'equiv':>5} {'left':>5} {'killed%':>8} "
-        f"{'excl.eq%':>8}")
-  total = [0, 0, 0]
-  for label in [p.rstrip("*").rstrip("/") if p.endswith("*") else p for p in patterns]:
-    items = rows.get(label, [])
-    n, k, e = line(label, items)
-    total = [total[0] + n, total[1] + k, total[2] + e]
-    for f in sorted(per_file):
-      if f.startswith(label + "/") and per_file[f]:
-        line(f[len(label) + 1:], per_file[f], indent="    ")
-  print(f"{'all listed modules':<48} {total[0]:6d} {total[1]:7d} {total[2]:5d} "
-        f"{total[0] - total[1] - total[2]:5d} {100.0 * total[1] / max(total[0], 1):7.1f}% "
-        f"{100.0 * total[1] / max(total[0] - total[2], 1):7.1f}%")
-  print("\n(timeouts count as killed; 'no tests' and 'suspicious' count as not killed)")
+  print(f"{'module':<48} {'mutants':>7} {'killed':>7} {'message':>7} {'equiv':>5} {'left':>5} "
+        f"{'kill rate':>8}")
+  total = [0] * 5
+  for pattern in patterns:
+    label = pattern[:-2] if pattern.endswith("/*") else pattern
+    items = groups.get(label, [])
+    total = [a + b for a, b in zip(total, line(label, items))]
+    if pattern.endswith("/*"):
+      for f in sorted({i[0] for i in items}):
+        line(f[len(label) + 1:], [i for i in items if i[0] == f], indent="    ")
+  scored = total[0] - total[2] - total[3]
+  print(f"{'all listed modules':<48} {total[0]:7d} {total[1]:7d} {total[2]:7d} {total[3]:5d} "
+        f"{total[4]:5d} {100.0 * total[1] / max(scored, 1):7.1f}%")
+  print("\nkill rate = killed / (mutants - message - equivalent). Timeouts count as killed;")
+  print("'no tests' (no mirrored test calls the function) and 'suspicious' count as left.")
+  print("message: the mutant only changes an error or log message (see _MESSAGE_LINE);")
+  print("equivalent: listed in docs/architecture.md with the reason.")
 
-  print("\nNot killed (equivalent ones marked '=' with the reason from docs/architecture.md):")
-  for label, items in rows.items():
-    for k, v in sorted(items):
-      if v in ("killed", "timeout"):
+  print("\nLeft (not killed, not message-only, not listed as equivalent):")
+  for label, items in groups.items():
+    for rel, name, v, cls, diff in items:
+      if cls != "left" and not (args.messages and cls == "message"):
         continue
-      mark = "=" if k in equiv else "!"
-      extra = f"  [{equiv[k]}]" if k in equiv else ""
-      print(f"  {mark} {k}: {v}{extra}")
-      if not args.no_diff and k not in equiv:
-        print(f"      {diff_line(k, paths[k])}")
+      print(f"  {name}: {v}" + (" (message)" if cls == "message" else ""))
+      if not args.no_diff:
+        print(f"      {_short(diff)}")
   return 0
 
 
