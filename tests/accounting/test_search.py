@@ -45,6 +45,7 @@ _CURVES = [  # (g increasing, lo, hi, target, the exact root g(root) = target)
     (math.log1p, 1e-3, 1e3, 2.0, math.expm1(2.0)),
     (lambda v: v if v < 3 else math.inf, 0.1, 10.0, 2.5, 2.5),  # jumps to inf (bisection)
     (lambda v: 1 - math.exp(-v), 1e-4, 100.0, 0.5, math.log(2.0)),
+    (lambda v: v ** 3, 1e-4, 1.0, 1e-3, 0.1),  # a small target: f_rtol is relative to it
 ]
 
 
