@@ -132,3 +132,20 @@ def test_non_finite_rates_are_rejected(bad):
   """
   with pytest.raises(ValueError, match=r"\[0, 1\]"):
     sampling.PoissonClientSampler(["a", "b", "c"], [0.1, bad, 0.2], 0)
+
+
+def test_rates_are_held_in_double_precision():
+  """Float32 rates are widened to float64, so Σ q_i (the expected cohort) is summed exactly.
+
+  Property: ``expected_clients_per_round`` equals the float64 sum of the
+  given rates, for the plain constructor and for ``from_groups``. Bug caught:
+  the rates kept in the caller's float32, whose running sum over 10^5
+  clients is off in the 5th significant digit (here 499.5742 vs 499.5743):
+  the normaliser Σ q_i of the DP mean would then be off by as much.
+  """
+  rates = (np.random.default_rng(0).random(100_000) * 0.01).astype(np.float32)
+  exact = float(rates.astype(np.float64).sum())
+  ids = [f"c{i}" for i in range(rates.size)]
+  assert sampling.PoissonClientSampler(ids, rates, 0).expected_clients_per_round == exact
+  by_groups = sampling.PoissonClientSampler.from_groups(ids, np.arange(rates.size), rates, 0)
+  assert by_groups.expected_clients_per_round == exact
