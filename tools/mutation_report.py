@@ -44,8 +44,8 @@ def equivalents() -> dict[str, str]:
   if start < 0:
     return {}
   section = text[start:]
-  end = section.find("\n## ", 1)
-  section = section if end < 0 else section[:end]
+  ends = [i for i in (section.find("\n## ", 1), section.find("\n### ", 1)) if i > 0]
+  section = section[:min(ends)] if ends else section
   out = {}
   for line in section.splitlines():
     m = re.match(r"\|\s*`([^`]+__mutmut_\d+)`\s*\|\s*(.*?)\s*\|\s*$", line)
@@ -125,6 +125,8 @@ def main() -> int:
       v = verdict(code)
       if v in ("killed", "timeout"):
         cls, diff = "killed", ""
+      elif v == "not checked":  # the run was stopped before this mutant
+        cls, diff = "unchecked", ""
       elif name in equiv:
         cls, diff = "equivalent", ""
       else:
@@ -134,18 +136,19 @@ def main() -> int:
 
   def line(label, items, indent=""):
     count = {c: sum(1 for i in items if i[3] == c)
-             for c in ("killed", "message", "equivalent", "left")}
+             for c in ("killed", "message", "equivalent", "left", "unchecked")}
     n = len(items)
-    scored = n - count["message"] - count["equivalent"]
+    scored = n - count["message"] - count["equivalent"] - count["unchecked"]
     rate = 100.0 * count["killed"] / scored if scored else 100.0
     flag = "" if rate >= 95.0 else "  < 95%"
-    print(f"{indent}{label:<{48 - len(indent)}} {n:7d} {count['killed']:7d} {count['message']:7d} "
-          f"{count['equivalent']:5d} {count['left']:5d} {rate:7.1f}%{flag}")
-    return [n, count["killed"], count["message"], count["equivalent"], count["left"]]
+    print(f"{indent}{label:<{48 - len(indent)}} {n:7d} {count['unchecked']:9d} {count['killed']:7d} "
+          f"{count['message']:7d} {count['equivalent']:5d} {count['left']:5d} {rate:7.1f}%{flag}")
+    return [n, count["killed"], count["message"], count["equivalent"], count["left"],
+            count["unchecked"]]
 
-  print(f"{'module':<48} {'mutants':>7} {'killed':>7} {'message':>7} {'equiv':>5} {'left':>5} "
-        f"{'kill rate':>8}")
-  total = [0] * 5
+  print(f"{'module':<48} {'mutants':>7} {'unchecked':>9} {'killed':>7} {'message':>7} {'equiv':>5} "
+        f"{'left':>5} {'kill rate':>8}")
+  total = [0] * 6
   for pattern in patterns:
     label = pattern[:-2] if pattern.endswith("/*") else pattern
     items = groups.get(label, [])
@@ -153,10 +156,11 @@ def main() -> int:
     if pattern.endswith("/*"):
       for f in sorted({i[0] for i in items}):
         line(f[len(label) + 1:], [i for i in items if i[0] == f], indent="    ")
-  scored = total[0] - total[2] - total[3]
-  print(f"{'all listed modules':<48} {total[0]:7d} {total[1]:7d} {total[2]:7d} {total[3]:5d} "
-        f"{total[4]:5d} {100.0 * total[1] / max(scored, 1):7.1f}%")
-  print("\nkill rate = killed / (mutants - message - equivalent). Timeouts count as killed;")
+  scored = total[0] - total[2] - total[3] - total[5]
+  print(f"{'all listed modules':<48} {total[0]:7d} {total[5]:9d} {total[1]:7d} {total[2]:7d} "
+        f"{total[3]:5d} {total[4]:5d} {100.0 * total[1] / max(scored, 1):7.1f}%")
+  print("\nkill rate = killed / (mutants - unchecked - message - equivalent); 'unchecked': the")
+  print("run was stopped before testing it (0 after a complete run). Timeouts count as killed;")
   print("'no tests' (no mirrored test calls the function) and 'suspicious' count as left.")
   print("message: the mutant only changes an error or log message (see _MESSAGE_LINE);")
   print("equivalent: listed in docs/architecture.md with the reason.")
