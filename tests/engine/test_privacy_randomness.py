@@ -92,3 +92,71 @@ def test_secrets_do_not_follow_any_seedable_generator():
   np.random.seed(0)
   b = PrivacyRandomness.secret().get_state()["secret"]
   assert a != b
+
+
+def test_constructor_checks_the_secret_and_defaults_to_not_reproducible():
+  """Only a 32-byte ``bytes`` secret is accepted; a directly built one is not marked reproducible.
+
+  Bugs caught: the length check joined to the type check with ``and`` (a
+  short secret accepted, weakening the key), and the constructor's default
+  flipped to ``reproducible=True`` (a secret run labelled and resumed as the
+  insecure debug mode).
+  """
+  assert not PrivacyRandomness(bytes(32)).reproducible
+  for bad in (bytes(31), bytes(33), "x" * 32):
+    with pytest.raises(ValueError, match="must be 32 bytes"):
+      PrivacyRandomness(bad)
+
+
+def test_repr_names_the_mode():
+  """``repr`` says "secret" for a secret run and the NOT PRIVATE label for the debug mode.
+
+  Bugs caught: the mode lost or inverted in the repr (a debug-mode object
+  that logs as if it were secret, or the reverse).
+  """
+  secret = repr(PrivacyRandomness.secret())
+  debug = repr(PrivacyRandomness.from_seed(0, "x"))
+  assert "<secret>" in secret and NOT_PRIVATE_LABEL not in secret
+  assert f"<{NOT_PRIVATE_LABEL}>" in debug and "<secret>" not in debug
+
+
+def test_debug_warning_names_the_run_and_the_seed(caplog):
+  """The insecure mode's warning says which run and which seed make the noise derivable.
+
+  Bug caught: the label or the seed dropped from the warning's arguments.
+  """
+  with caplog.at_level("WARNING"):
+    PrivacyRandomness.from_seed(1234567, "rpdp/some-run")
+  assert "'rpdp/some-run'" in caplog.text and "1234567" in caplog.text
+  assert "remove the noise" in caplog.text
+
+
+def test_seeds_are_the_documented_keyed_blake2b_derivation():
+  """Every seed is recomputed here from the secret with hashlib, as the module doc describes.
+
+  Property: the aggregator seed is 8 bytes of BLAKE2b keyed by the secret
+  (63 bits kept), the sampling seed 16 bytes (128 bits), and a client's
+  round seed two 63-bit halves of a 16-byte BLAKE2b keyed by that client's
+  own key, itself a 32-byte keyed hash of the secret (so a deployment where
+  each client holds only its key derives the same seeds); the debug mode's
+  secret is BLAKE2b of "tff_idp/insecure/<seed>/<label>". Bugs caught: a
+  changed digest size or slice (seeds of another width, the two halves of a
+  client seed overlapping), a purpose label changed (a reproducible run no
+  longer re-derives its noise), the per-client key skipped.
+  """
+  import hashlib  # pylint: disable=g-import-not-at-top
+  mask = (1 << 63) - 1
+  r = PrivacyRandomness.from_seed(11, "a/b")
+  secret = hashlib.blake2b(b"tff_idp/insecure/11/a/b", digest_size=32).digest()
+  assert r.get_state()["secret"] == secret.hex()
+
+  def keyed(msg, key, size):
+    return hashlib.blake2b(msg.encode(), key=key, digest_size=size).digest()
+
+  assert r.aggregator_noise_seed() == int.from_bytes(keyed("aggregator-noise", secret, 8),
+                                                     "big") & mask
+  assert r.sampling_seed() == int.from_bytes(keyed("client-sampling", secret, 16), "big")
+  client_key = keyed("client-key/c7", secret, 32)
+  digest = keyed("round/5", client_key, 16)
+  assert r.client_seed("c7", 5) == (int.from_bytes(digest[:8], "big") & mask,
+                                    int.from_bytes(digest[8:], "big") & mask)

@@ -96,3 +96,56 @@ def test_unseeded_samplers_draw_from_os_entropy():
   first = a.sample_mask()
   assert not np.array_equal(first, b.sample_mask())
   assert not np.array_equal(first, fixed.sample_mask())
+
+
+def test_from_groups_and_uniform_keep_the_seed_and_the_rates():
+  """The two convenience constructors pass the caller's seed and rates on unchanged.
+
+  Property: ``from_groups(ids, groups, rates, seed)`` and ``uniform(ids, m, seed)``
+  draw exactly the cohorts of the plain constructor with the same per-client
+  rates (q_i = rates[group_i], resp. m/N) and the same seed. Bugs caught: the
+  seed dropped or replaced by None (cohorts no longer reproducible from the
+  secret sampling seed, so a resumed run samples differently from its
+  checkpoint), and rates or ids lost or mis-scaled (m·N instead of m/N).
+  """
+  ids = [f"c{i}" for i in range(200)]
+  groups = np.arange(200) % 3
+  rates = np.array([0.1, 0.4, 0.7])[groups]
+  by_groups = sampling.PoissonClientSampler.from_groups(ids, groups.tolist(), [0.1, 0.4, 0.7],
+                                                         seed=5)
+  plain = sampling.PoissonClientSampler(ids, rates, seed=5)
+  assert [by_groups.sample() for _ in range(4)] == [plain.sample() for _ in range(4)]
+
+  uni = sampling.PoissonClientSampler.uniform(ids, 20, seed=9)
+  assert uni.client_ids.tolist() == ids
+  np.testing.assert_allclose(uni.rates, np.full(200, 0.1), rtol=0, atol=1e-15)
+  plain = sampling.PoissonClientSampler(ids, np.full(200, 0.1), seed=9)
+  assert [uni.sample() for _ in range(4)] == [plain.sample() for _ in range(4)]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_rates_are_rejected(bad):
+  """A NaN or infinite sampling rate is refused, not silently used.
+
+  Bug caught: dropping the finiteness check; NaN compares false against every
+  draw, so such a client would simply never be sampled, with no error.
+  """
+  with pytest.raises(ValueError, match=r"\[0, 1\]"):
+    sampling.PoissonClientSampler(["a", "b", "c"], [0.1, bad, 0.2], 0)
+
+
+def test_rates_are_held_in_double_precision():
+  """Float32 rates are widened to float64, so Σ q_i (the expected cohort) is summed exactly.
+
+  Property: ``expected_clients_per_round`` equals the float64 sum of the
+  given rates, for the plain constructor and for ``from_groups``. Bug caught:
+  the rates kept in the caller's float32, whose running sum over 10^5
+  clients is off in the 5th significant digit (here 499.5742 vs 499.5743):
+  the normaliser Σ q_i of the DP mean would then be off by as much.
+  """
+  rates = (np.random.default_rng(0).random(100_000) * 0.01).astype(np.float32)
+  exact = float(rates.astype(np.float64).sum())
+  ids = [f"c{i}" for i in range(rates.size)]
+  assert sampling.PoissonClientSampler(ids, rates, 0).expected_clients_per_round == exact
+  by_groups = sampling.PoissonClientSampler.from_groups(ids, np.arange(rates.size), rates, 0)
+  assert by_groups.expected_clients_per_round == exact

@@ -79,3 +79,38 @@ def test_scale_ledger_charges_each_group_its_effective_noise_multiplier():
     assert spent[p] == pytest.approx(independent, rel=1e-6), p
     assert independent <= budget
   assert min(plan.client_clip_scales) < 1.0  # the test would be vacuous with every s_p = 1
+
+
+@pytest.mark.parametrize("text", ["nonprivate", "50-50", "scale-50-50"])
+def test_summary_and_aggregator_kwargs_report_the_plan(text):
+  """``summary()`` reports the plan's own σ, group sizes and rates, c and SCALE's clip scales;
+  ``aggregator_kwargs()`` passes SCALE's Σ q_i s_i to the DP aggregator and nothing otherwise.
+
+  Property: every summary field equals the plan attribute it names (the
+  distinct clip scales for SCALE, None otherwise), and the aggregator gets
+  ``expected_clip_scale_sum`` exactly when the plan has one. Bugs caught: a
+  summary field dropped, renamed or taken from another attribute (the
+  printed/saved plan then disagrees with the calibration that runs), and
+  SCALE's clip-bit normaliser not reaching the aggregator (which then
+  normalises the clip bits by c instead of Σ q_i s_i).
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  spec = privacy_plan.parse_run_spec(text, [0.5, 0.5], 2)
+  plan = privacy_plan.make_privacy_plan(spec, [2.0, 8.0], 200, 10, 20, 1e-5, "rdp", 0)
+  summary = plan.summary()
+  assert summary == {
+      "run": spec.name,
+      "noise_multiplier": plan.noise_multiplier,
+      "group_sizes": list(plan.group_sizes),
+      "group_rates": list(plan.group_rates),
+      "expected_clients_per_round": plan.expected_clients_per_round,
+      "clip_scales": (None if plan.client_clip_scales is None
+                      else sorted(set(np.round(plan.client_clip_scales, 6).tolist()))),
+  }
+  if spec.mode == "scale":
+    assert len(summary["clip_scales"]) == 2 and 0 < min(summary["clip_scales"]) < 1
+    assert plan.aggregator_kwargs() == {"expected_clip_scale_sum": plan.expected_clip_scale_sum}
+    assert 0 < plan.expected_clip_scale_sum < plan.expected_clients_per_round
+  else:
+    assert summary["clip_scales"] is None
+    assert plan.aggregator_kwargs() == {}

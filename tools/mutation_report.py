@@ -1,0 +1,180 @@
+"""Per-module kill rates of the last `make mutation` run (mutmut 3's results in mutants/).
+
+Reads the verdicts mutmut stored beside each mutated file (mutants/<path>.py.meta),
+groups them by the modules listed in setup.cfg's [mutmut] only_mutate (the
+accounting package is one entry, with a line per file under it), prints the
+kill rate of each, and lists every mutant that was not killed with its diff
+line. Mutants named in docs/architecture.md's table of equivalent mutants
+(section "Mutation testing") are counted apart: they cannot change behaviour.
+
+  python tools/mutation_report.py            # table + survivors
+  python tools/mutation_report.py --no-diff  # table + survivor names only
+
+Exit status 0 always: the figure is a report, not a gate (the run is outside CI).
+"""
+from __future__ import annotations
+
+import argparse
+import configparser
+import fnmatch
+import json
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MUTANTS = ROOT / "mutants"
+ARCH = ROOT / "docs" / "architecture.md"
+
+# mutmut 3's exit-code verdicts (mutmut/stats.py)
+KILLED = {1: "killed", 3: "killed"}
+TIMEOUT = {36, -24, 24, 152, 255}
+
+
+def listed_modules() -> list[str]:
+  cfg = configparser.ConfigParser()
+  cfg.read(ROOT / "setup.cfg")
+  return [p for p in cfg.get("mutmut", "only_mutate").split("\n") if p.strip()]
+
+
+def equivalents() -> dict[str, str]:
+  """Mutant name -> reason, from the table in docs/architecture.md."""
+  text = ARCH.read_text()
+  start = text.find("### Equivalent mutants")
+  if start < 0:
+    return {}
+  section = text[start:]
+  ends = [i for i in (section.find("\n## ", 1), section.find("\n### ", 1)) if i > 0]
+  section = section[:min(ends)] if ends else section
+  out = {}
+  for line in section.splitlines():
+    m = re.match(r"\|\s*`([^`]+__mutmut_\d+)`\s*\|\s*(.*?)\s*\|\s*$", line)
+    if m:
+      out[m.group(1)] = m.group(2)
+  return out
+
+
+def verdict(code) -> str:
+  if code in KILLED:
+    return "killed"
+  if code in TIMEOUT:
+    return "timeout"
+  return {0: "survived", 5: "no tests", 33: "no tests", None: "not checked",
+          34: "skipped", -11: "segfault", -9: "segfault"}.get(code, "suspicious")
+
+
+# A mutant whose changed source line is a raise statement, a logging/warnings
+# call, or a line holding only a string literal (a message continued over
+# lines) changes what an error or log message says, not what the code does.
+# Such mutants are counted apart as "message" (docs/architecture.md, "Mutation
+# testing"), as mutmut's own `# pragma: no mutate` would do line by line.
+_MESSAGE_LINE = re.compile(
+    r"^\s*(raise\b|logging\.\w+\(|logger\.\w+\(|warnings\.warn\()"
+    r"|^\s*(rf|fr|f|r)?(\"[^\"]*\"|'[^']*')\s*[,)]*\s*(\)\s*)*$")
+
+
+def is_message_only(diff: str) -> bool:
+  removed = [l[1:] for l in diff.splitlines() if l.startswith("-") and not l.startswith("---")]
+  return bool(removed) and all(_MESSAGE_LINE.search(l) for l in removed)
+
+
+def _diff(name: str, path: str) -> str:
+  from mutmut.mutation.diff_apply import get_diff_for_mutant  # pylint: disable=g-import-not-at-top
+  try:
+    return get_diff_for_mutant(name, path=path)
+  except Exception as e:  # pylint: disable=broad-except
+    return f"(no diff: {e})"
+
+
+def _cache_parsed_modules():
+  """mutmut re-parses the mutated module for every diff: parse each file once."""
+  import functools  # pylint: disable=g-import-not-at-top
+  from mutmut.mutation import diff_apply  # pylint: disable=g-import-not-at-top
+  diff_apply.read_mutants_module = functools.lru_cache(maxsize=None)(diff_apply.read_mutants_module)
+
+
+def _short(out: str) -> str:
+  """The mutant's changed lines on one line."""
+  lines = [l for l in out.splitlines() if l[:1] in "-+" and l[:3] not in ("---", "+++")]
+  return " / ".join(" ".join(l.split()) for l in lines)[:240]
+
+
+def main() -> int:
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--no-diff", action="store_true", help="survivor names without their diff")
+  ap.add_argument("--messages", action="store_true",
+                  help="also list the mutants counted as message-only, with their diff")
+  args = ap.parse_args()
+  import os  # pylint: disable=g-import-not-at-top
+  os.chdir(ROOT)
+  if not MUTANTS.exists():
+    print("no mutants/ folder: run `make mutation` first")
+    return 0
+  _cache_parsed_modules()
+  patterns = listed_modules()
+  equiv = equivalents()
+  groups = {}  # label -> list of (file, name, verdict, class)
+  for meta in sorted(MUTANTS.rglob("*.py.meta")):
+    rel = meta.relative_to(MUTANTS).as_posix()[: -len(".meta")]
+    group = next((p for p in patterns if fnmatch.fnmatch(rel, p)), None)
+    if group is None:
+      continue
+    label = group[:-2] if group.endswith("/*") else group
+    codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
+    for name, code in sorted(codes.items()):
+      v = verdict(code)
+      if v in ("killed", "timeout"):
+        cls, diff = "killed", ""
+      elif v == "not checked":  # the run was stopped before this mutant
+        cls, diff = "unchecked", ""
+      elif name in equiv:
+        cls, diff = "equivalent", ""
+      else:
+        diff = _diff(name, rel)
+        cls = "message" if is_message_only(diff) else "left"
+      groups.setdefault(label, []).append((rel, name, v, cls, diff))
+
+  def line(label, items, indent=""):
+    count = {c: sum(1 for i in items if i[3] == c)
+             for c in ("killed", "message", "equivalent", "left", "unchecked")}
+    n = len(items)
+    scored = n - count["message"] - count["equivalent"] - count["unchecked"]
+    rate = 100.0 * count["killed"] / scored if scored else 100.0
+    flag = "" if rate >= 95.0 else "  < 95%"
+    print(f"{indent}{label:<{48 - len(indent)}} {n:7d} {count['unchecked']:9d} {count['killed']:7d} "
+          f"{count['message']:7d} {count['equivalent']:5d} {count['left']:5d} {rate:7.1f}%{flag}")
+    return [n, count["killed"], count["message"], count["equivalent"], count["left"],
+            count["unchecked"]]
+
+  print(f"{'module':<48} {'mutants':>7} {'unchecked':>9} {'killed':>7} {'message':>7} {'equiv':>5} "
+        f"{'left':>5} {'kill rate':>8}")
+  total = [0] * 6
+  for pattern in patterns:
+    label = pattern[:-2] if pattern.endswith("/*") else pattern
+    items = groups.get(label, [])
+    total = [a + b for a, b in zip(total, line(label, items))]
+    if pattern.endswith("/*"):
+      for f in sorted({i[0] for i in items}):
+        line(f[len(label) + 1:], [i for i in items if i[0] == f], indent="    ")
+  scored = total[0] - total[2] - total[3] - total[5]
+  print(f"{'all listed modules':<48} {total[0]:7d} {total[5]:9d} {total[1]:7d} {total[2]:7d} "
+        f"{total[3]:5d} {total[4]:5d} {100.0 * total[1] / max(scored, 1):7.1f}%")
+  print("\nkill rate = killed / (mutants - unchecked - message - equivalent); 'unchecked': the")
+  print("run was stopped before testing it (0 after a complete run). Timeouts count as killed;")
+  print("'no tests' (no mirrored test calls the function) and 'suspicious' count as left.")
+  print("message: the mutant only changes an error or log message (see _MESSAGE_LINE);")
+  print("equivalent: listed in docs/architecture.md with the reason.")
+
+  print("\nLeft (not killed, not message-only, not listed as equivalent):")
+  for label, items in groups.items():
+    for rel, name, v, cls, diff in items:
+      if cls != "left" and not (args.messages and cls == "message"):
+        continue
+      print(f"  {name}: {v}" + (" (message)" if cls == "message" else ""))
+      if not args.no_diff:
+        print(f"      {_short(diff)}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

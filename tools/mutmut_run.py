@@ -1,0 +1,88 @@
+"""Runs mutmut 3 (``make mutation``) with one change: nested decorated functions are mutated.
+
+mutmut skips every decorated function, at any depth, because a decorated
+*top-level* function cannot be given its trampoline safely. Our privacy code
+builds its TensorFlow/TFF computations as decorated *inner* functions
+(``@tf.function def local_update`` in rpdp/dp_sgd.py, the
+``@tff.tensorflow.computation`` bodies of idp_fedavg/aggregators.py): the
+noise, the clipping and the normalisation live there. An inner function is
+re-created on every call of its (trampolined) outer function, so mutating its
+body is safe; only the decorator expression itself stays unmutated (mutmut's
+own rule for ``cst.Decorator`` nodes still applies). Without this, those bodies
+would silently drop out of the mutation run.
+
+It also restricts each mutant's tests to the tests that mirror its module
+(tests/ mirrors tff_idp/): mutmut picks, for the function a mutant is in,
+every selected test that called it, so a mutant in a helper that all the
+accounting tests go through (validation, the exact accountant) would run the
+whole accounting suite when it survives. Here a mutant of
+``tff_idp/<pkg>/<name>.py`` runs the tests among those in
+``tests/<pkg>/test_<name>.py``; if none of them calls it, those in
+``tests/<pkg>/`` (that folder only); if none, every test that calls it. A
+mutant that only another module's tests catch therefore counts as survived:
+each module's own tests must catch its bugs.
+
+Usage: python tools/mutmut_run.py run --max-children 2   (any mutmut command)
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+import libcst as cst
+from libcst.metadata import PositionProvider
+from mutmut.mutation import file_mutation as fm
+
+_original_skip = fm.MutationVisitor._skip_node_and_children
+
+
+def _skip_node_and_children(self, node):  # pylint: disable=protected-access
+  if isinstance(node, cst.FunctionDef) and node.decorators:
+    outer = self.get_metadata(fm.OuterFunctionProvider, node, None)
+    if outer is not None and outer is not node:  # nested in a mutated function
+      position = self.get_metadata(PositionProvider, node, None)
+      if position and position.start.line in self._ignored_node_lines:
+        self.ignored_functions.add(node.name.value)
+        return True
+      return node.name.value in fm.NEVER_MUTATE_FUNCTION_NAMES
+  return _original_skip(self, node)
+
+
+fm.MutationVisitor._skip_node_and_children = _skip_node_and_children  # pylint: disable=protected-access
+
+
+
+def mirrored_tests(mangled: str, tests: set[str]) -> set[str]:
+  """The tests a mutant of ``mangled`` (mutmut's function key) runs; see the module doc."""
+  match = re.match(r"(.*?)\.x(?:_|\u01c1)", mangled)
+  if not match:
+    return tests
+  parts = match.group(1).split(".")  # tff_idp.<pkg...>.<name>
+  folder = "/".join(["tests", *parts[1:-1]])
+  mirror = f"{folder}/test_{parts[-1]}.py"
+  own = {t for t in tests if t.split("::")[0] == mirror}
+  if own:
+    return own
+  near = {t for t in tests if pathlib.PurePosixPath(t.split("::")[0]).parent.as_posix() == folder}
+  return near or tests
+
+
+def _install_test_selection():
+  import mutmut.__main__ as mm  # pylint: disable=g-import-not-at-top
+  original = mm.collect_or_load_stats
+
+  def collect_or_load_stats(*args, **kwargs):
+    original(*args, **kwargs)
+    by_function = mm.state().tests_by_mangled_function_name
+    for name in list(by_function):
+      by_function[name] = set(mirrored_tests(name, set(by_function[name])))
+
+  mm.collect_or_load_stats = collect_or_load_stats
+
+
+if __name__ == "__main__":
+  _install_test_selection()
+  from mutmut.__main__ import cli  # pylint: disable=g-import-not-at-top
+  sys.argv[0] = "mutmut"
+  cli()
