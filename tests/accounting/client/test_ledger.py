@@ -155,3 +155,58 @@ def test_constructor_validation():
     GroupPrivacyLedger([1.0, 2.0], [0.1], [1.0, 1.0], 1e-5, 10)
   with pytest.raises(ValueError, match="not supported"):
     GroupPrivacyLedger([1.0], [0.1], [1.0], 1e-5, 10, accountant="gdp")
+
+
+def _small_ledger(**kwargs):
+  args = dict(target_epsilons=[1.0, 4.0], sampling_rates=[0.05, 0.2],
+              noise_multipliers=[1.2, 1.2], delta=1e-5, calibrated_rounds=5)
+  args.update(kwargs)
+  return GroupPrivacyLedger(**args)
+
+
+def test_the_round_driver_interface_refuses_up_front_and_runs_exactly_the_calibrated_rounds():
+  """check_budget/begin_round/end_round (issue 32, mutation survivors).
+
+  Properties: a run asking more rounds than calibrated is refused before its
+  first round; a resumed run asking for the calibrated total is not (nor a
+  finished one, for its report); all calibrated rounds run, the next is
+  refused. Bugs caught: the up-front check skipped without allow_overrun;
+  the rounds already done added instead of subtracted; the last calibrated
+  round refused.
+  """
+  ledger = _small_ledger()
+  with pytest.raises(BudgetExhaustedError):
+    ledger.check_budget(6)
+  ledger.check_budget(5)
+  for _ in range(5):
+    ledger.begin_round()
+    ledger.end_round(["c"])
+  assert ledger.rounds_done == 5
+  ledger.check_budget(5)  # a finished run reopened for its report
+  with pytest.raises(BudgetExhaustedError):
+    ledger.begin_round()
+  resumed = _small_ledger(rounds_done=3)
+  resumed.check_budget(5)
+  with pytest.raises(BudgetExhaustedError):
+    resumed.check_budget(6)
+  _small_ledger(allow_overrun=True).check_budget(50)  # reported, not refused
+
+
+def test_an_overrun_is_warned_about_from_the_first_round_past_the_calibration_only():
+  ledger = _small_ledger(calibrated_rounds=2, allow_overrun=True)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # no warning within the calibrated rounds
+    ledger.record_round()
+    ledger.record_round()
+  with pytest.warns(BudgetOverrunWarning, match="round 3 > calibrated 2"):
+    ledger.record_round()
+  assert ledger.over_budget() == [s > t for s, t in zip(ledger.spent(), [1.0, 4.0])]
+
+
+def test_pld_ledgers_report_on_evaluation_rounds_only():
+  """A PLD composition costs about a second per group: read only when evaluating."""
+  ledger = _small_ledger(accountant="pld", rounds_done=2)
+  assert ledger.metrics(["a", "b"], evaluating=False) == {}
+  assert set(ledger.metrics(["a", "b"], evaluating=True)) == {"epsilon_a", "epsilon_b"}
+  rdp = _small_ledger(rounds_done=2)
+  assert set(rdp.metrics(["a", "b"], evaluating=False)) == {"epsilon_a", "epsilon_b"}
