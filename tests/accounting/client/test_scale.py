@@ -121,3 +121,33 @@ def test_a_slightly_under_noised_sigma_is_shaved_in_few_accountant_calls(monkeyp
   cal = scale.get_group_clip_scales([1.0, 2.0, 3.0], [400, 300, 300], 1e-4, 100, 20.0)
   for e, s in zip([1.0, 2.0, 3.0], cal.clip_scales):
     assert dp_epsilon(cal.sampling_rate, cal.noise_multiplier / s, 100, 1e-4) <= e
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_the_reported_epsilons_are_those_of_the_released_noise(accountant):
+  """achieved_epsilons[p] is ε of what group p's clients get, recomputed independently at
+  σ_p = z / s_p with the calibration's accountant (issue 32, mutation survivors).
+
+  Bugs caught: the verification evaluating z·s instead of z/s (the scale "verified" and
+  its ε reported for noise never added), or with the default accountant instead of the
+  one asked for.
+  """
+  eps, sizes, delta, rounds, c = [1.0, 2.5], [300, 200], 1e-5, 20, 25
+  cal = scale.get_group_clip_scales(eps, sizes, delta, rounds, c, accountant)
+  for p, (z_eff, target) in enumerate(zip(cal.effective_noise_multipliers, eps)):
+    independent = dp_epsilon(cal.sampling_rate, z_eff, rounds, delta, accountant)
+    assert cal.achieved_epsilons[p] == pytest.approx(independent, rel=1e-9), p
+    assert cal.achieved_epsilons[p] <= target
+
+
+def test_an_empty_group_neither_sets_the_noise_nor_is_charged():
+  """A group with no clients (its ratio rounded to 0) is left out of z and reports ε = 0;
+  without noise at all, every populated group reports ε = ∞ and an empty one 0."""
+  # The empty group has the most relaxed budget: counted, it would set z (the smallest σ).
+  with_empty = scale.get_group_clip_scales([8.0, 1.0, 3.0], [0, 400, 100], 1e-5, 100, 20)
+  without = scale.get_group_clip_scales([1.0, 3.0], [400, 100], 1e-5, 100, 20)
+  assert with_empty.noise_multiplier == without.noise_multiplier
+  assert with_empty.achieved_epsilons[0] == 0.0
+  assert with_empty.achieved_epsilons[1:] == without.achieved_epsilons
+  no_noise = scale.get_group_clip_scales([math.inf, math.inf], [0, 10], 1e-4, 50, 3)
+  assert no_noise.achieved_epsilons == (0.0, math.inf)
