@@ -170,8 +170,9 @@ def release_compiled_computations() -> None:
   Called between run specs (:func:`tff_idp.engine.run_template.run_grid`);
   a computation used again is compiled again, with the same result.
   """
-  from tensorflow_federated.python.core.impl.execution_contexts import compiler_pipeline  # pylint: disable=g-import-not-at-top
-  compiler_pipeline.CompilerPipeline.compile.cache_clear()
+  if "tensorflow_federated" in sys.modules:  # nothing compiled where TFF never loaded
+    from tensorflow_federated.python.core.impl.execution_contexts import compiler_pipeline  # pylint: disable=g-import-not-at-top
+    compiler_pipeline.CompilerPipeline.compile.cache_clear()
   gc.collect()
 
 
