@@ -68,6 +68,7 @@ def test_idp_fedavg_snippet_runs_end_to_end(tmp_path):
   # Issue 34 item 3: the runner's old defaults reached 52.8% here; the shared ones train.
   assert _accuracy(proc.stdout, "nonprivate", column=5) >= 90.0, proc.stdout
   assert proc.stdout.lstrip().startswith("training: 10 rounds"), proc.stdout[:500]
+  assert (tmp_path / "runs" / "my_phones" / "summary.json").exists()
 
 
 def _accuracy(table: str, row: str, column: int) -> float:
@@ -75,4 +76,3 @@ def _accuracy(table: str, row: str, column: int) -> float:
   line = next(l for l in table.splitlines() if l.startswith(f"| {row} |"))
   cells = [c.strip() for c in line.strip("|").split("|")]
   return float(cells[column].split("±")[0])
-  assert (tmp_path / "runs" / "my_phones" / "summary.json").exists()
