@@ -3,6 +3,8 @@
 Every ε here comes from a freshly built dp-accounting accountant, never from
 ``tff_idp.accounting.exact``.
 """
+import math
+
 import dp_accounting
 import pytest
 
@@ -84,3 +86,186 @@ def test_raise_while_feasible_treats_an_accountant_failure_as_over_budget():
   x, eps = sample_rate._raise_while_feasible(eps_at, 0.01, 0.0, 1.0, 1.0, 1e-6)
   assert x <= 0.5 and eps == 0.0
   assert x == pytest.approx(0.5, rel=1e-5)
+
+
+def fresh_pld_epsilon(q, sigma, rounds, delta, discretization=1e-4):
+  acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=discretization)
+  acc.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), rounds))
+  return acc.get_epsilon(delta)
+
+
+# A synthetic search ε, linear in q/σ: its edges are known in closed form.
+def linear_eps(q, sigma, rounds, delta):
+  del delta
+  return q * rounds / sigma
+
+
+@pytest.mark.parametrize("hint", [None, 0.002, 0.05, 0.5])
+def test_search_sample_rate_finds_the_edge_from_any_hint(hint):
+  """search_sample_rate brackets the edge q* = εσ/T from above, below or a hint, and returns
+  the largest q with eps_fn(q) <= ε, to its tolerance.
+
+  With ε = 0.3, σ = 2, T = 60: q* = 0.01. Hints below and above the edge and
+  none (expanding down from max_rate). Property: eps_fn(q) <= ε and q is
+  within rtol of q*. Bugs caught: a wrong expansion direction or factor for
+  either bracket side, a hint ignored or capped wrongly, returning the
+  infeasible end.
+  """
+  q = sample_rate.search_sample_rate(0.3, 1e-5, 2.0, 60, linear_eps, hint=hint, rtol=1e-9)
+  assert linear_eps(q, 2.0, 60, 1e-5) <= 0.3
+  assert q == pytest.approx(0.01, rel=1e-8)
+
+
+def test_search_sample_rate_caps_at_max_rate():
+  """A budget that holds at max_rate (directly, or after expanding up from a hint, or with
+  ε = ∞) returns max_rate exactly, never more. Bug caught: stepping past the cap or
+  returning the last feasible point below it."""
+  assert sample_rate.search_sample_rate(100.0, 1e-5, 2.0, 60, linear_eps, max_rate=0.5) == 0.5
+  assert sample_rate.search_sample_rate(100.0, 1e-5, 2.0, 60, linear_eps, max_rate=0.5,
+                                        hint=0.01) == 0.5
+  assert sample_rate.search_sample_rate(100.0, 1e-5, 2.0, 60, linear_eps, max_rate=0.5,
+                                        hint=0.9) == 0.5
+  assert sample_rate.search_sample_rate(math.inf, 1e-5, 2.0, 60, linear_eps,
+                                        max_rate=0.25) == 0.25
+  # Just feasible at the cap after one upward step from the hint (0.2 -> 0.25).
+  q = sample_rate.search_sample_rate(0.25 * 60 / 2.0, 1e-5, 2.0, 60, linear_eps,
+                                     max_rate=0.25, hint=0.2)
+  assert q == 0.25
+
+
+def test_search_sample_rate_refuses_a_budget_below_the_smallest_rate():
+  """A budget needing q < MIN_SAMPLING_RATE is refused by name, not returned as a tiny q.
+  Bug caught: the refusal threshold moved or dropped (an endless or useless search)."""
+  edge = sample_rate.MIN_SAMPLING_RATE / 3  # q* below the smallest rate
+  with pytest.raises(sample_rate.InfeasibleBudgetError, match="even at sampling rate"):
+    sample_rate.search_sample_rate(edge * 60 / 2.0, 1e-5, 2.0, 60, linear_eps)
+  # A little above it (the bracket steps by 4x), the edge is found.
+  edge = sample_rate.MIN_SAMPLING_RATE * 20
+  q = sample_rate.search_sample_rate(edge * 60 / 2.0, 1e-5, 2.0, 60, linear_eps, rtol=1e-9)
+  assert q == pytest.approx(edge, rel=1e-8)
+
+
+@pytest.mark.parametrize("edge", [0.05, 0.4, 3.0, 40.0])
+def test_search_noise_finds_the_smallest_sigma(edge):
+  """search_noise returns the smallest σ with eps_fn(q, σ) <= ε: here σ* = qT/ε, on either
+  side of its starting point σ = 1. Property: eps_fn(q, σ) <= ε and σ within rtol of σ*.
+  Bugs caught: a wrong halving/doubling direction in the bracket, returning the
+  infeasible end, inverting t = 1/σ wrongly."""
+  q, rounds = 0.1, 50
+  eps = q * rounds / edge
+  sigma = sample_rate.search_noise(eps, 1e-5, q, rounds, linear_eps, rtol=1e-9)
+  assert linear_eps(q, sigma, rounds, 1e-5) <= eps
+  assert sigma == pytest.approx(edge, rel=1e-8)
+
+
+def test_search_noise_limits():
+  """σ* below MIN_NOISE_MULTIPLIER stops at a feasible σ <= 2·MIN (no endless halving);
+  σ* above MAX_NOISE_MULTIPLIER is refused by name. Bugs caught: either limit moved,
+  dropped or compared the wrong way."""
+  q, rounds = 0.1, 50
+  tiny = sample_rate.MIN_NOISE_MULTIPLIER / 4
+  sigma = sample_rate.search_noise(q * rounds / tiny, 1e-5, q, rounds, linear_eps)
+  assert tiny <= sigma <= 2 * sample_rate.MIN_NOISE_MULTIPLIER
+  huge = sample_rate.MAX_NOISE_MULTIPLIER * 1.5
+  with pytest.raises(sample_rate.InfeasibleBudgetError, match="noise multiplier above 1000"):
+    sample_rate.search_noise(q * rounds / huge, 1e-5, q, rounds, linear_eps)
+  ok = sample_rate.MAX_NOISE_MULTIPLIER * 0.4  # (the bracket doubles σ: refusals start at 512)
+  sigma = sample_rate.search_noise(q * rounds / ok, 1e-5, q, rounds, linear_eps, rtol=1e-9)
+  assert sigma == pytest.approx(ok, rel=1e-8)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_get_sample_rate_is_the_budget_edge_of_a_fresh_accountant(accountant):
+  """getSampleRate (Alg. 1): the largest q within budget, checked with a fresh dp-accounting
+  accountant of the kind asked for.
+
+  Property: ε(q) <= target and ε(1.01·q) > target (PLD: 1.03, its pessimistic
+  search grid leaves up to 1% by design). Bugs caught: the search run on the
+  wrong accountant or tolerance, the exact verification skipped, or a loose
+  (not raised) rate.
+  """
+  target, sigma, rounds, delta = 1.5, 1.0, 40, 1e-5
+  fresh = fresh_epsilon if accountant == "rdp" else fresh_pld_epsilon
+  q = sample_rate.get_sample_rate(target, delta, sigma, rounds, accountant)
+  assert fresh(q, sigma, rounds, delta) <= target
+  assert fresh(q * (1.01 if accountant == "rdp" else 1.03), sigma, rounds, delta) > target
+
+
+def test_get_sample_rate_caps_at_max_rate():
+  """A budget that holds at max_rate gets max_rate; ε = ∞ gets max_rate. A tighter one gets
+  its edge below the cap. Bugs caught: the cap dropped or replaced by 1."""
+  assert sample_rate.get_sample_rate(math.inf, 1e-5, 1.0, 10, max_rate=0.3) == 0.3
+  assert sample_rate.get_sample_rate(50.0, 1e-5, 1.0, 10, max_rate=0.3) == 0.3
+  q = sample_rate.get_sample_rate(1.0, 1e-5, 1.0, 10, max_rate=0.3)
+  assert q < 0.3 and fresh_epsilon(q, 1.0, 10, 1e-5) <= 1.0
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_get_noise_is_the_budget_edge_of_a_fresh_accountant(accountant):
+  """getNoise (Alg. 1): the smallest σ within budget, by a fresh accountant of the kind asked.
+
+  Property: ε(σ) <= target and ε(0.99·σ) > target (PLD: 0.97). ε = ∞ needs no
+  noise (σ = 0). Bugs caught: the search on the wrong accountant, the exact
+  check skipped, the lowering of a loose σ (``_tighten_noise``) broken.
+  """
+  target, q, rounds, delta = 2.0, 0.05, 100, 1e-5
+  fresh = fresh_epsilon if accountant == "rdp" else fresh_pld_epsilon
+  sigma = sample_rate.get_noise(target, delta, q, rounds, accountant)
+  assert fresh(q, sigma, rounds, delta) <= target
+  assert fresh(q, sigma * (0.99 if accountant == "rdp" else 0.97), rounds, delta) > target
+  assert sample_rate.get_noise(math.inf, delta, q, rounds, accountant) == 0.0
+
+
+@pytest.mark.parametrize("start_factor", [0.9, 1.5])
+def test_tighten_noise_moves_any_sigma_to_the_exact_edge(start_factor):
+  """_tighten_noise from an over-budget σ (0.9 of the edge: raised) or a wasteful one (1.5x:
+  lowered) ends at the smallest σ a fresh RdpAccountant certifies.
+
+  Property: ε(σ) <= target, ε(0.999·σ) > target. Bugs caught: the raise loop
+  growing the wrong way or accepting an over-budget σ, the lowering step
+  skipped or returning an unverified σ.
+  """
+  target, q, rounds, delta = 2.0, 0.05, 100, 1e-5
+  edge = sample_rate.get_noise(target, delta, q, rounds)
+  sigma = sample_rate._tighten_noise(edge * start_factor, target, q, rounds, delta, "rdp")
+  assert fresh_epsilon(q, sigma, rounds, delta) <= target
+  assert fresh_epsilon(q, sigma * 0.999, rounds, delta) > target
+
+
+def test_search_epsilon_fns_are_conservative_and_the_pld_one_is_coarse():
+  """The search ε never understates the exact one (a search on it cannot overshoot), and
+  the PLD search ε is dp-accounting's PLD on the coarse 3e-3 grid (pessimistic).
+  Bugs caught: the functions swapped or the PLD grid changed to the fine default
+  (the searches then cost ~10x more)."""
+  args = (0.03, 1.1, 80, 1e-5)
+  exact_rdp = fresh_epsilon(*args)
+  assert sample_rate.search_epsilon_fn("rdp_int")(*args) >= exact_rdp
+  assert sample_rate.search_epsilon_fn("rdp")(*args) >= exact_rdp * (1 - 1e-9)
+  assert (sample_rate.search_epsilon_fn("rdp_int")(*args)
+          >= sample_rate.search_epsilon_fn("rdp")(*args))
+  pld = sample_rate.search_epsilon_fn("pld")(*args)
+  assert pld == pytest.approx(fresh_pld_epsilon(*args, discretization=3e-3), rel=1e-9)
+  assert pld >= fresh_pld_epsilon(*args)
+  with pytest.raises(ValueError, match="not supported"):
+    sample_rate.search_epsilon_fn("gdp")
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: sample_rate.get_sample_rate(0.0, 1e-5, 1.0, 10), "epsilon=0.0"),
+    (lambda: sample_rate.get_sample_rate(1.0, 1.0, 1.0, 10), "delta=1.0"),
+    (lambda: sample_rate.get_sample_rate(1.0, 1e-5, 0.0, 10), "noise_multiplier=0.0"),
+    (lambda: sample_rate.get_sample_rate(1.0, 1e-5, 1.0, 0), "rounds=0"),
+    (lambda: sample_rate.get_sample_rate(1.0, 1e-5, 1.0, 10, max_rate=1.5), "max_rate=1.5"),
+    (lambda: sample_rate.get_sample_rate(1.0, 1e-5, 1.0, 10, "gdp"), "not supported"),
+    (lambda: sample_rate.get_noise(-1.0, 1e-5, 0.1, 10), "epsilon=-1.0"),
+    (lambda: sample_rate.get_noise(1.0, 0.0, 0.1, 10), "delta=0.0"),
+    (lambda: sample_rate.get_noise(1.0, 1e-5, 1.5, 10), "q=1.5"),
+    (lambda: sample_rate.get_noise(1.0, 1e-5, 0.1, 2.5), "rounds=2.5"),
+    (lambda: sample_rate.get_noise(1.0, 1e-5, 0.1, 10, "gdp"), "not supported"),
+])
+def test_getsamplerate_and_getnoise_check_their_inputs(call, match):
+  """Each argument of getSampleRate/getNoise is validated and named in the error. Bug caught:
+  a check dropped (a nonsense budget silently calibrated) or the wrong name reported."""
+  with pytest.raises(ValueError, match=match):
+    call()
