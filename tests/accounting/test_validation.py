@@ -222,3 +222,33 @@ def test_accounting_does_not_import_tensorflow():
           "('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')]; "
           "assert not bad, bad")
   subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+
+
+# ---------------------------------------------------------------------------
+# check_cohort's edges (issue 32, mutation survivors)
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("clients_per_round,num_clients", [
+    (1, 1),      # a single client, sampled every round
+    (0.5, 10),   # less than one expected client per round
+    (10, 10),    # the whole population every round
+    (1e-3, 1),
+])
+def test_check_cohort_accepts_every_valid_edge(clients_per_round, num_clients):
+  """Any positive expected cohort up to and including the population is valid, and so is a
+  population of one. Bugs caught: the edges made strict or shifted (``<= 1``/``< 2`` for
+  ``< 1`` clients, ``> 1`` for ``> 0`` per round, ``>=`` for ``>`` against the
+  population), which refuse a valid run (e.g. c = N, everyone sampled: q = 1)."""
+  assert validation.check_cohort(clients_per_round, num_clients) is None
+
+
+@pytest.mark.parametrize("clients_per_round,num_clients,match", [
+    (1, 0, "num_clients=0 must be a positive integer"),
+    (1, 2.5, "num_clients=2.5 must be a positive integer"),
+    (0, 5, "clients_per_round=0 must be > 0"),
+    (5.000001, 5, "exceeds num_clients=5"),
+])
+def test_check_cohort_refuses_just_past_each_edge(clients_per_round, num_clients, match):
+  """Just past each edge the cohort is refused with the argument named."""
+  with pytest.raises(ValueError, match=match):
+    validation.check_cohort(clients_per_round, num_clients)

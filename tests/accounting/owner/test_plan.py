@@ -102,3 +102,36 @@ def test_drop_less_private_keeps_the_most_private_owner():
   assert not np.array_equal(keep, owner_plan.drop_less_private(owners, [0.1, 1.0, 0.1], 0.3, 1))
   with pytest.raises(ValueError, match="fraction"):
     owner_plan.drop_less_private(owners, [0.1, 1.0, 0.1], 1.0, 0)
+
+
+def test_record_views_are_float32_and_to_dict_reports_the_released_noise():
+  """The per-record views feed float32 TF tensors, and to_dict reports the noise actually
+  added: noise_std = z·C and owner n's effective multiplier z·C/C_n (INO-SGD App. C.1).
+
+  Checked by hand from the plan's own fields (z, C, C_n). Bugs caught: the views left in
+  float64 (a dtype clash in DP-SGD's float32 graph), noise_std or the effective
+  multipliers dropped from the report or replaced by None.
+  """
+  plan = owner_plan.plan_owners([0.5, 2.0], [10, 10], DELTA, 50, 4, clip_norm=1.5,
+                                mechanism="scale")
+  owners = np.array([0, 1, 1, 0])
+  assert plan.record_rates(owners).dtype == np.float32
+  assert plan.record_thresholds(owners).dtype == np.float32
+  d = plan.to_dict()
+  assert d["noise_std"] == pytest.approx(plan.noise_multiplier * 1.5, rel=1e-12)
+  assert d["noise_std"] > 0
+  assert d["effective_noise_multipliers"] == pytest.approx(
+      [plan.noise_multiplier * 1.5 / c for c in plan.clip_thresholds], rel=1e-12)
+  assert d["effective_noise_multipliers"][0] > d["effective_noise_multipliers"][1]
+
+
+def test_drop_less_private_is_reproducible_and_drops_nothing_at_zero():
+  """"Drop x%" is a seeded baseline: the same seed drops the same records (the run can be
+  repeated), and x = 0 is valid and keeps every record. Bugs caught: the seed ignored
+  (OS entropy, a different subset per call) and 0% refused."""
+  owners = np.repeat([0, 1, 2], [100, 100, 50])
+  first = owner_plan.drop_less_private(owners, [0.1, 1.0, 2.0], 0.3, seed=7)
+  again = owner_plan.drop_less_private(owners, [0.1, 1.0, 2.0], 0.3, seed=7)
+  np.testing.assert_array_equal(first, again)
+  assert (~first).sum() == 30 + 15
+  assert owner_plan.drop_less_private(owners, [0.1, 1.0, 2.0], 0.0, seed=7).all()
