@@ -252,3 +252,25 @@ def test_check_cohort_refuses_just_past_each_edge(clients_per_round, num_clients
   """Just past each edge the cohort is refused with the argument named."""
   with pytest.raises(ValueError, match=match):
     validation.check_cohort(clients_per_round, num_clients)
+
+
+def test_each_check_accepts_its_edge_and_names_its_argument_by_default():
+  """The checks' inclusive edges are valid (1 round, q = 1, ε = ∞, any tiny σ, δ just inside
+  (0, 1)), and by default an error names the argument as the user knows it (``q``,
+  ``epsilon``). Bugs caught: an edge made strict (``rounds <= 1`` refuses a one-round
+  run, ``q < 1`` refuses full participation) and the default argument name changed."""
+  assert validation.check_rounds(1) == 1
+  assert validation.check_rounds(2.0) == 2
+  assert validation.check_sampling_rate(1.0) == 1.0
+  assert validation.check_sampling_rate(1e-12) == 1e-12
+  assert validation.check_epsilon(math.inf) == math.inf
+  assert validation.check_epsilon(1e-300) == 1e-300
+  assert validation.check_noise_multiplier(1e-300) == 1e-300
+  assert validation.check_delta(1e-300) == 1e-300
+  assert validation.check_delta(1 - 1e-16) == 1 - 1e-16
+  with pytest.raises(ValueError, match=r"^q=1\.5 must lie in \(0, 1\]"):
+    validation.check_sampling_rate(1.5)
+  with pytest.raises(ValueError, match=r"^epsilon=0\.0 is not a valid privacy budget"):
+    validation.check_epsilon(0.0)
+  with pytest.raises(ValueError, match=r"^rounds=0 must be a positive integer"):
+    validation.check_rounds(0)
