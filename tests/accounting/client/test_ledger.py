@@ -1,6 +1,7 @@
 """GroupPrivacyLedger against fresh dp-accounting accountants."""
 import json
 import math
+import re
 import warnings
 
 import pytest
@@ -231,3 +232,21 @@ def test_spending_exactly_the_budget_is_not_over_it():
   assert at_edge.over_budget() == [False, False]
   below = [math.nextafter(s, 0.0) for s in spent]
   assert _small_ledger(rounds_done=3, target_epsilons=below).over_budget() == [True, True]
+
+
+def test_the_overrun_warning_reports_the_epsilon_spent_and_points_at_the_caller():
+  """An overrun warning states each group's ε after the overrun round (recomputed here with a
+  fresh accountant) and is attributed to the code that ran the round, not to the ledger.
+
+  Bugs caught: the ε left out of the message (``spent = None``), and the warning's
+  stacklevel dropped or raised (it then points into ledger.py or into pytest).
+  """
+  ledger = _small_ledger(calibrated_rounds=2, rounds_done=2, allow_overrun=True)
+  with pytest.warns(BudgetOverrunWarning) as caught:
+    ledger.record_round()
+  (w,) = caught
+  assert w.filename == __file__
+  numbers = re.search(r"ε spent per group \(([^)]*)\)", str(w.message)).group(1)
+  reported = [float(x) for x in numbers.split(",")]
+  for eps, q in zip(reported, [0.05, 0.2]):
+    assert eps == pytest.approx(dp_epsilon(q, 1.2, 3, 1e-5), rel=1e-9)
