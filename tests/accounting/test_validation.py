@@ -274,3 +274,21 @@ def test_each_check_accepts_its_edge_and_names_its_argument_by_default():
     validation.check_epsilon(0.0)
   with pytest.raises(ValueError, match=r"^rounds=0 must be a positive integer"):
     validation.check_rounds(0)
+
+
+def test_group_sizes_give_the_leftover_clients_to_the_largest_remainders():
+  """Largest-remainder apportionment, checked by hand: ratios (0.6, 0.3, 0.1) of 12 clients
+  are 7.2, 3.6, 1.2; the floors 7, 3, 1 leave one client, which goes to the largest
+  remainder (0.6, the middle group): (7, 4, 1). Bug caught: ordering by the quota plus
+  the floor instead of the remainder, which gives (8, 3, 1), still "within one" of the
+  quotas (so the property test above cannot see it) but not the largest-remainder split."""
+  assert list(validation.group_sizes_from_ratios([0.6, 0.3, 0.1], 12)) == [7, 4, 1]
+
+
+def test_ratios_given_as_strings_are_read_as_numbers():
+  """Ratios typed on a command line ("0.34,0.43,0.23" split into strings) are converted to
+  floats, not compared as text. Bug caught: the float dtype dropped (a string array, on
+  which the sign and sum checks fail)."""
+  r = validation.check_ratios(["0.34", "0.43", "0.23"])
+  assert r.dtype == np.float64
+  np.testing.assert_allclose(r, [0.34, 0.43, 0.23])
