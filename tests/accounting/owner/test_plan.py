@@ -139,9 +139,13 @@ def test_drop_less_private_is_reproducible_and_drops_nothing_at_zero():
 
 def test_owner_epsilon_defaults_to_rdp_and_handles_the_degenerate_owners():
   """owner_epsilon's default accountant is RDP (as plan_owners'): it equals a fresh
-  RdpAccountant; an owner never sampled spends 0 and one without noise ∞. Bug caught:
-  the default accountant name garbled (every default call refused)."""
+  RdpAccountant; an owner never sampled spends 0 and one without noise ∞. Bugs caught:
+  the default accountant name garbled (every default call refused), the q = 0 shortcut
+  taken at q = 1 or returning a nonzero ε."""
   assert owner_plan.owner_epsilon(0.02, 1.1, 100, DELTA) == pytest.approx(
       dp_epsilon(0.02, 1.1, 100, DELTA), rel=1e-12)
+  # An owner sampled in every step (q = 1) is charged in full, not as never sampled.
+  assert owner_plan.owner_epsilon(1.0, 4.0, 10, DELTA) == pytest.approx(
+      dp_epsilon(1.0, 4.0, 10, DELTA), rel=1e-12)
   assert owner_plan.owner_epsilon(0.0, 1.1, 100, DELTA) == 0.0
   assert owner_plan.owner_epsilon(0.02, 0.0, 100, DELTA) == math.inf
