@@ -269,3 +269,59 @@ def test_getsamplerate_and_getnoise_check_their_inputs(call, match):
   a check dropped (a nonsense budget silently calibrated) or the wrong name reported."""
   with pytest.raises(ValueError, match=match):
     call()
+
+
+def _counting_exact(monkeypatch):
+  """Counts the exact accountant calls that sample_rate makes."""
+  calls = []
+  real = sample_rate.exact.epsilon
+
+  def counted(*args, **kwargs):
+    calls.append(args)
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(sample_rate.exact, "epsilon", counted)
+  return calls
+
+
+def test_tighten_rate_raises_only_where_the_exact_epsilon_leaves_real_slack(monkeypatch):
+  """The raise costs exact (slow) accountant calls, so it runs only where ε(q) is more than
+  _RAISE_SLACK_RTOL below the budget (IDP-FedAvg Alg. 1 wants the largest q; a point
+  within that share of the edge is kept as is).
+
+  Three starting rates, each placed by a fresh accountant: at the edge, just inside the
+  slack threshold (kept, one exact call), and 1% below the edge (raised to the edge).
+  Bugs caught: the slack test inverted, made always true, or compared against
+  target·(1 + rtol) (a raise search, up to 25 calls, on every verified rate), or
+  never true (a loose rate returned).
+  """
+  target, sigma, rounds, delta = 1.0, 0.84, 420, 1e-4
+  rtol = sample_rate._RAISE_SLACK_RTOL["rdp"]
+  edge, _ = sample_rate.tighten_rate(1e-3, target, sigma, rounds, delta, "rdp")
+  inside = edge * (1 - rtol / 4)
+  assert target * (1 - rtol) < fresh_epsilon(inside, sigma, rounds, delta) <= target
+  calls = _counting_exact(monkeypatch)
+  for q in (edge, inside):
+    calls.clear()
+    assert sample_rate.tighten_rate(q, target, sigma, rounds, delta, "rdp")[0] == q
+    assert len(calls) == 1
+  calls.clear()
+  below = edge * 0.99
+  assert fresh_epsilon(below, sigma, rounds, delta) < target * (1 - rtol)
+  q, eps = sample_rate.tighten_rate(below, target, sigma, rounds, delta, "rdp")
+  assert q > below and eps <= target and len(calls) > 1
+  assert fresh_epsilon(q * 1.01, sigma, rounds, delta) > target
+
+
+@pytest.mark.parametrize("over", [1.0005, 1.3, 4.0])
+def test_tighten_rate_lowers_an_over_budget_rate_into_the_budget(over):
+  """A searched q above the exact edge (the search ε is only an approximation) is lowered
+  until a fresh RdpAccountant finds it within budget, and ends at the edge.
+  Bugs caught: the lowering step growing the wrong way or stalling, an over-budget q
+  accepted."""
+  target, sigma, rounds, delta = 2.0, 0.84, 420, 1e-4
+  edge, _ = sample_rate.tighten_rate(4e-3, target, sigma, rounds, delta, "rdp")
+  q, eps = sample_rate.tighten_rate(edge * over, target, sigma, rounds, delta, "rdp")
+  assert fresh_epsilon(q, sigma, rounds, delta) <= target
+  assert eps == pytest.approx(fresh_epsilon(q, sigma, rounds, delta), rel=1e-12)
+  assert fresh_epsilon(q * 1.01, sigma, rounds, delta) > target
