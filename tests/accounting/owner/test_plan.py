@@ -149,3 +149,49 @@ def test_owner_epsilon_defaults_to_rdp_and_handles_the_degenerate_owners():
       dp_epsilon(1.0, 4.0, 10, DELTA), rel=1e-12)
   assert owner_plan.owner_epsilon(0.0, 1.1, 100, DELTA) == 0.0
   assert owner_plan.owner_epsilon(0.02, 0.0, 100, DELTA) == math.inf
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(owner_sizes=[-1, 100]), r"owner_sizes=\[-1, 100\] must be >= 0"),
+    (dict(owner_names=["only"]), "one owner name per budget"),
+    (dict(owner_sizes=[0, 0]), "the owners hold no records"),
+    (dict(steps=0), "rounds=0 must be a positive integer"),
+    (dict(clip_norm=math.inf), "clip_norm=inf must be a finite number"),
+    (dict(expected_batch=0), r"expected_batch=0 must be in \(0, 200\]"),
+    (dict(accountant="gdp"), "not supported"),
+])
+def test_every_plan_input_is_checked_by_name(kwargs, match):
+  """Each malformed input is refused with the argument named. Bugs caught: a check dropped
+  (a negative owner, a missing name, an empty silo or a zero batch silently planned) or
+  its message losing the value."""
+  args = dict(epsilons=[0.5, 1.0], owner_sizes=[100, 100], delta=DELTA, steps=10,
+              expected_batch=10)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    owner_plan.plan_owners(**args)
+
+
+def test_plan_edges_are_accepted():
+  """Valid edges: the expected batch equal to every record (q = 1 for everyone under
+  SCALE), an owner with no records, a tiny clip norm. Each plan is verified within budget
+  by a fresh accountant. Bugs caught: the batch bound made strict, empty owners refused."""
+  plan = owner_plan.plan_owners([50.0, 80.0], [20, 20], DELTA, 5, expected_batch=40,
+                                mechanism="scale")
+  assert plan.sampling_rates == (1.0, 1.0)
+  plan = owner_plan.plan_owners([1.0, 2.0, 4.0], [0, 200, 100], DELTA, 20, 30,
+                                clip_norm=1e-6)
+  assert plan.owner_sizes == (0, 200, 100) and plan.clip_norm == 1e-6
+  for e_ind, e_t in zip(_independent_epsilons(plan), plan.target_epsilons):
+    assert e_ind <= e_t
+
+
+def test_verify_accepts_a_plan_that_spends_exactly_its_budget():
+  """A budget is ε <= target: a plan whose owners spend exactly their budgets is valid,
+  and one a hair over is refused. Bug caught: ``>=`` for ``>`` (every tight plan refused)."""
+  plan = owner_plan.plan_owners([0.5, 2.0], [100, 100], DELTA, 100, 10)
+  exact_budget = owner_plan.OwnerPlan(**{**plan.__dict__,
+                                         "target_epsilons": plan.achieved_epsilons})
+  assert owner_plan.verify_plan(exact_budget) == plan.achieved_epsilons
+  hair = tuple(math.nextafter(e, 0.0) for e in plan.achieved_epsilons)
+  with pytest.raises(RuntimeError, match="over-budget"):
+    owner_plan.verify_plan(owner_plan.OwnerPlan(**{**plan.__dict__, "target_epsilons": hair}))
