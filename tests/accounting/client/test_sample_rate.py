@@ -325,3 +325,15 @@ def test_tighten_rate_lowers_an_over_budget_rate_into_the_budget(over):
   assert fresh_epsilon(q, sigma, rounds, delta) <= target
   assert eps == pytest.approx(fresh_epsilon(q, sigma, rounds, delta), rel=1e-12)
   assert fresh_epsilon(q * 1.01, sigma, rounds, delta) > target
+
+
+def test_raise_while_feasible_keeps_a_point_whose_epsilon_is_exactly_the_budget():
+  """ε(x') == target is within budget: on a plateau at exactly the target (ε = 0 up to 0.2,
+  then exactly 1.0 up to 0.6, then above), the returned point lies on the plateau.
+  Bug caught: ``<`` for ``<=`` when recording the best verified point, which throws
+  away every point at the budget edge (here a 3x lower rate)."""
+  def eps_at(y):
+    return 0.0 if y < 0.2 else (1.0 if y < 0.6 else 5.0)
+
+  x, eps = sample_rate._raise_while_feasible(eps_at, 0.01, 0.0, 1.0, 1.0, 1e-6)
+  assert eps == 1.0 and 0.2 <= x < 0.6
