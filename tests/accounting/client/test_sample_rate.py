@@ -337,3 +337,44 @@ def test_raise_while_feasible_keeps_a_point_whose_epsilon_is_exactly_the_budget(
 
   x, eps = sample_rate._raise_while_feasible(eps_at, 0.01, 0.0, 1.0, 1.0, 1e-6)
   assert eps == 1.0 and 0.2 <= x < 0.6
+
+
+def test_search_sample_rate_defaults_and_an_edge_hint():
+  """Defaults: the cap is 1 (a rate is a probability) and the tolerance tight (1e-7). A
+  hint exactly at the edge (ε(hint) == budget, exact in floats: 0.25·4/1 = 1) is
+  feasible and returned. Bugs caught: a default cap of 2, a default tolerance of ~1
+  (any point in the bracket), the edge test ``<`` for ``<=`` (the bracket is then
+  built on the wrong side and the search refuses it)."""
+  assert sample_rate.search_sample_rate(100.0, 1e-5, 2.0, 60, linear_eps) == 1.0
+  q = sample_rate.search_sample_rate(0.3, 1e-5, 2.0, 60, linear_eps)
+  assert linear_eps(q, 2.0, 60, 1e-5) <= 0.3 and q == pytest.approx(0.01, rel=1e-6)
+  assert sample_rate.search_sample_rate(1.0, 1e-5, 1.0, 4, linear_eps, hint=0.25) == 0.25
+
+
+def test_get_sample_rate_hands_the_cheap_searchs_rate_to_the_costly_one_as_a_hint(
+    monkeypatch):
+  """getSampleRate first searches on the cheap integer-order ε, then hands that rate as a
+  hint to the search on the accountant's costlier ε (a PLD composition each, ~1 s), which
+  then needs fewer of its evaluations than the same search without a hint.
+  Bugs caught: the hint dropped or not computed (every get_sample_rate pays a full
+  bracket search on the costly ε)."""
+  args = (1.5, 1e-5, 1.0, 40)
+  real = sample_rate.search_epsilon_fn
+  counts = {"rdp_int": 0, "rdp": 0}
+
+  def counted(search):
+    fn = real(search)
+
+    def f(*a):
+      counts[search] += 1
+      return fn(*a)
+
+    return f
+
+  monkeypatch.setattr(sample_rate, "search_epsilon_fn", counted)
+  sample_rate.get_sample_rate(*args, "rdp")
+  with_hint = counts["rdp"]
+  counts["rdp"] = 0
+  sample_rate.search_sample_rate(*args, counted("rdp"), rtol=sample_rate.SEARCH_RTOL["rdp"])
+  assert counts["rdp_int"] > 0
+  assert with_hint < counts["rdp"], (with_hint, counts["rdp"])
