@@ -378,3 +378,46 @@ def test_get_sample_rate_hands_the_cheap_searchs_rate_to_the_costly_one_as_a_hin
   sample_rate.search_sample_rate(*args, counted("rdp"), rtol=sample_rate.SEARCH_RTOL["rdp"])
   assert counts["rdp_int"] > 0
   assert with_hint < counts["rdp"], (with_hint, counts["rdp"])
+
+
+def test_search_sample_rate_brackets_exact_edges_and_cliffs():
+  """Edges that the downward bracket meets exactly, and a cliff.
+
+  (1) ε = qT/σ = 1 at q = 0.25 = 1/4, a point of the 4x downward bracket: it is feasible
+  and returned. (2) An edge just above MIN_SAMPLING_RATE, reached from max_rate =
+  16·MIN through the bracket point MIN itself, is found, not refused. (3) ε jumping from
+  0 to ∞ at q* (dp-accounting's ε = 0 regime): only the x tolerance can stop the search,
+  and it is the one asked for. Bugs caught: the bracket test ``>=`` for ``>`` (a feasible
+  edge point taken as infeasible, then an invalid bracket), the MIN refusal ``<=`` for
+  ``<``, and the search's x tolerance left at its default instead of ``rtol``.
+  """
+  assert sample_rate.search_sample_rate(1.0, 1e-5, 1.0, 4, linear_eps) == 0.25
+  low = sample_rate.MIN_SAMPLING_RATE
+  q = sample_rate.search_sample_rate(2 * low * 4 / 1.0, 1e-5, 1.0, 4, linear_eps,
+                                     max_rate=16 * low, rtol=1e-9)
+  assert q == pytest.approx(2 * low, rel=1e-8)
+  cliff = lambda q, s, r, d: 0.0 if q <= 0.0123 else math.inf
+  q = sample_rate.search_sample_rate(1.0, 1e-5, 1.0, 4, cliff, rtol=1e-10)
+  assert q <= 0.0123 and q == pytest.approx(0.0123, rel=1e-9)
+
+
+def test_tighten_noise_raises_a_large_sigma_to_its_edge():
+  """A strict budget needs σ ≈ 3: from 0.9 of it (over budget) the raise multiplies σ up
+  to the edge a fresh accountant certifies. Bug caught: σ *set* to 1 + grow instead of
+  multiplied (it can never pass 2, and the calibration fails)."""
+  target, q, rounds, delta = 0.3, 0.1, 100, 1e-5
+  edge = sample_rate.get_noise(target, delta, q, rounds)
+  assert edge > 2.5
+  sigma = sample_rate._tighten_noise(edge * 0.9, target, q, rounds, delta, "rdp")
+  assert fresh_epsilon(q, sigma, rounds, delta) <= target
+  assert fresh_epsilon(q, sigma * 0.999, rounds, delta) > target
+
+
+def test_tighten_noise_accepts_a_sigma_at_exactly_the_budget(monkeypatch):
+  """ε(σ) == target is within budget: with an exact ε that equals the target on the whole
+  interval σ ∈ [1, 2) (and exceeds it below 1), σ = 1.5 is kept, not raised. Bug caught:
+  ``<`` for ``<=`` in the verification (a σ at the edge is raised, adding noise)."""
+  target = 0.7
+  monkeypatch.setattr(sample_rate.exact, "epsilon",
+                      lambda q, s, r, d, acc="rdp", **k: target if s >= 1.0 else 5.0)
+  assert sample_rate._tighten_noise(1.5, target, 0.1, 10, 1e-5, "rdp") == 1.5
