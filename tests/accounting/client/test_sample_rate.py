@@ -421,3 +421,37 @@ def test_tighten_noise_accepts_a_sigma_at_exactly_the_budget(monkeypatch):
   monkeypatch.setattr(sample_rate.exact, "epsilon",
                       lambda q, s, r, d, acc="rdp", **k: target if s >= 1.0 else 5.0)
   assert sample_rate._tighten_noise(1.5, target, 0.1, 10, 1e-5, "rdp") == 1.5
+
+
+def test_tighten_noise_lowers_only_on_real_slack_and_to_the_pld_edge(monkeypatch):
+  """The lowering of σ costs exact calls: at the edge (no slack) one exact call and σ is
+  kept. Under PLD, a σ 1.5x the edge is lowered to the PLD edge (a fresh PLD accountant
+  breaks 1% below it), not to RDP's larger one.
+  Bugs caught: the no-slack test joined by ``and`` (a lowering search on every σ), and
+  the lowering evaluated with the default RDP accountant (over-noising PLD runs ~10%)."""
+  target, q, rounds, delta = 2.0, 0.05, 100, 1e-5
+  edge = sample_rate.get_noise(target, delta, q, rounds)
+  calls = _counting_exact(monkeypatch)
+  assert sample_rate._tighten_noise(edge, target, q, rounds, delta, "rdp") == edge
+  assert len(calls) == 1
+  monkeypatch.undo()
+  pld_edge = sample_rate.get_noise(target, delta, q, rounds, "pld")
+  sigma = sample_rate._tighten_noise(1.5 * pld_edge, target, q, rounds, delta, "pld")
+  assert fresh_pld_epsilon(q, sigma, rounds, delta) <= target
+  assert fresh_pld_epsilon(q, 0.99 * sigma, rounds, delta) > target
+
+
+def test_tighten_noise_stops_at_the_smallest_noise_and_returns_the_verified_sigma(
+    monkeypatch):
+  """Two limits of the lowering. (1) A budget loose enough for any σ: σ is lowered to
+  MIN_NOISE_MULTIPLIER, not below (real accountant, ε(1e-3) ≈ 5.5e5 <= 1e6). (2) Where no
+  smaller σ is feasible (ε = 0 at σ >= 49, over budget below), exactly the verified
+  σ = 49 is returned, not 1/(1/49) = 49.00000000000001 (never verified).
+  Bugs caught: the floor moved (2/MIN for 1/MIN), the float round trip returned."""
+  sigma = sample_rate._tighten_noise(0.0015, 1e6, 1e-3, 1, 1e-5, "rdp")
+  assert sigma == pytest.approx(sample_rate.MIN_NOISE_MULTIPLIER, rel=1e-12)
+  assert sigma >= sample_rate.MIN_NOISE_MULTIPLIER * (1 - 1e-12)
+  monkeypatch.setattr(sample_rate.exact, "epsilon",
+                      lambda q, s, r, d, acc="rdp", **k: 0.0 if s >= 49.0 else 5.0)
+  assert 1.0 / (1.0 / 49.0) != 49.0
+  assert sample_rate._tighten_noise(49.0, 1.0, 0.1, 10, 1e-5, "rdp") == 49.0
