@@ -162,7 +162,8 @@ def test_search_noise_finds_the_smallest_sigma(edge):
 def test_search_noise_limits():
   """σ* below MIN_NOISE_MULTIPLIER stops at a feasible σ <= 2·MIN (no endless halving);
   σ* above MAX_NOISE_MULTIPLIER is refused by name. Bugs caught: either limit moved,
-  dropped or compared the wrong way; a loose default tolerance."""
+  dropped or compared the wrong way; a loose default tolerance; an edge exactly on the
+  doubling lattice taken as infeasible (``<`` for ``<=``: an invalid bracket, refused)."""
   q, rounds = 0.1, 50
   tiny = sample_rate.MIN_NOISE_MULTIPLIER / 4
   sigma = sample_rate.search_noise(q * rounds / tiny, 1e-5, q, rounds, linear_eps)
@@ -170,6 +171,8 @@ def test_search_noise_limits():
   huge = sample_rate.MAX_NOISE_MULTIPLIER * 1.5
   with pytest.raises(sample_rate.InfeasibleBudgetError, match="noise multiplier above 1000"):
     sample_rate.search_noise(q * rounds / huge, 1e-5, q, rounds, linear_eps)
+  # An edge on the doubling lattice (σ* = 0.5, ε(t = 2) == ε exactly) is feasible.
+  assert sample_rate.search_noise(2.0, 1e-5, 0.25, 4, linear_eps) == 0.5
   # The default tolerance is tight (1e-7), not "anywhere in the bracket".
   sigma = sample_rate.search_noise(q * rounds / 3.0, 1e-5, q, rounds, linear_eps)
   assert sigma == pytest.approx(3.0, rel=1e-6)
