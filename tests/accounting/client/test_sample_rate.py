@@ -431,7 +431,7 @@ def test_tighten_noise_accepts_a_sigma_at_exactly_the_budget(monkeypatch):
 
 def test_tighten_noise_lowers_only_on_real_slack_and_to_the_pld_edge(monkeypatch):
   """The lowering of σ costs exact calls: at the edge (no slack) one exact call and σ is
-  kept. Under PLD, a σ 1.5x the edge is lowered to the PLD edge (a fresh PLD accountant
+  kept. Under PLD, a σ 1.1x the edge is lowered to the PLD edge (a fresh PLD accountant
   breaks 1% below it), not to RDP's larger one.
   Bugs caught: the no-slack test joined by ``and`` (a lowering search on every σ), and
   the lowering evaluated with the default RDP accountant (over-noising PLD runs ~10%)."""
@@ -442,7 +442,7 @@ def test_tighten_noise_lowers_only_on_real_slack_and_to_the_pld_edge(monkeypatch
   assert len(calls) == 1
   monkeypatch.undo()
   pld_edge = sample_rate.get_noise(target, delta, q, rounds, "pld")
-  sigma = sample_rate._tighten_noise(1.5 * pld_edge, target, q, rounds, delta, "pld")
+  sigma = sample_rate._tighten_noise(1.1 * pld_edge, target, q, rounds, delta, "pld")
   assert fresh_pld_epsilon(q, sigma, rounds, delta) <= target
   assert fresh_pld_epsilon(q, 0.99 * sigma, rounds, delta) > target
 
