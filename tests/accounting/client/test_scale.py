@@ -181,3 +181,27 @@ def test_bad_budgets_are_refused_by_group():
   or the group index lost from the message."""
   with pytest.raises(ValueError, match=r"epsilons\[1\]=0\.0 is not a valid privacy budget"):
     scale.get_group_clip_scales([1.0, 0.0], [10, 10], 1e-5, 10, 5)
+
+
+def test_a_scale_that_verifies_is_not_shaved(fmnist):
+  """Where z/σ_p (σ_p the group's own getNoise) already meets the budget under a fresh
+  accountant, that scale is kept exactly: shaving costs clip norm for nothing.
+  Bug caught: the first verification evaluated at z·s instead of z/s (less noise, so it
+  fails and the scale is shaved needlessly)."""
+  cal = fmnist
+  checked = 0
+  for s, target in zip(cal.clip_scales, cal.target_epsilons):
+    sigma_p = scale.sample.get_noise(target, cal.delta, cal.sampling_rate, cal.rounds)
+    assert dp_epsilon(cal.sampling_rate, sigma_p, cal.rounds, cal.delta) <= target
+    if dp_epsilon(cal.sampling_rate, cal.noise_multiplier / (cal.noise_multiplier / sigma_p),
+                  cal.rounds, cal.delta) <= target:
+      assert s == cal.noise_multiplier / sigma_p
+      checked += 1
+  assert checked >= 2  # the two stricter groups (s < 1) at least
+
+
+def test_a_scale_at_exactly_the_budget_is_kept(monkeypatch):
+  """ε == target is within budget: with an exact ε equal to the target, the scale is
+  returned as is. Bug caught: ``<`` for ``<=`` (the scale shaved 60 times, then refused)."""
+  monkeypatch.setattr(scale.exact, "epsilon", lambda *a, **k: 1.5)
+  assert scale._verified_scale(0.7, 1.5, 1.2, 0.01, 10, 1e-5, "rdp") == (0.7, 1.5)
