@@ -57,3 +57,17 @@ def test_unknown_accountants_are_refused_by_name():
   with pytest.raises(ValueError, match="accountant='moments' is not supported"):
     exact.epsilon(0.1, 1.0, 10, 1e-5, accountant="moments")
   assert exact.check_accountant("pld") == "pld"
+
+
+def test_a_rate_too_small_for_dp_accounting_is_refused_with_its_cause_and_the_fix():
+  """At q = 1e-8 dp-accounting's RDP rounds to a negative value and refuses; the error then
+  names the rate and the settings and says what to change (raise ε or the cohort, lower
+  the rounds), and keeps dp-accounting's error as its cause. Bugs caught: the message
+  replaced or its advice garbled (a user is left with dp-accounting's bare complaint)."""
+  with pytest.raises(ValueError) as info:
+    exact.epsilon(1e-8, 1.0, 100, 1e-5)
+  text = str(info.value)
+  assert text.startswith("dp-accounting's 'rdp' accountant cannot evaluate ε at sampling rate "
+                         "q=1e-08 (σ=1, 100 rounds, δ=1e-05)")
+  assert text.endswith("raise the group's ε or clients_per_round, or lower the rounds.")
+  assert isinstance(info.value.__cause__, ValueError)

@@ -94,3 +94,82 @@ def test_largest_feasible_checks_its_bracket_exactly():
     search.largest_feasible(ident, 1.0, 2.0, 2.0)
   x = search.largest_feasible(ident, 1.0, 2.5, 2.0)
   assert 2.0 * (1 - 1e-6) <= x <= 2.0
+
+
+def _counted(g):
+  calls = []
+
+  def f(v):
+    calls.append(v)
+    return g(v)
+
+  return f, calls
+
+
+def test_largest_feasible_stops_at_once_when_either_tolerance_already_holds():
+  """The stopping rule is "bracket within x_rtol OR g(lo) within f_rtol of target", inclusive.
+
+  Property: each accountant call is costly, so a bracket that already meets
+  either tolerance (exactly at its edge, as documented: ``<=``) costs no call
+  beyond the two bracket checks, and lo is returned. Bugs caught: the two
+  tests joined by ``and`` (the search goes on although g(lo) is within
+  f_rtol), and either edge made strict (``<``), which spends calls on a
+  bracket that is already within tolerance.
+  """
+  ident = lambda v: v
+  # g(lo) within f_rtol of target (exactly at the edge: 1 − 0.5 == 0.5·1), bracket wide.
+  f, calls = _counted(ident)
+  assert search.largest_feasible(f, 0.5, 100.0, 1.0, f_rtol=0.5) == 0.5
+  assert len(calls) == 2
+  # Bracket exactly x_rtol wide in log space, g(lo) far below target.
+  lo, hi = 0.1, 0.1 * math.e ** 1e-3
+  f, calls = _counted(lambda v: 0.0 if v < hi else 1.0)
+  x_rtol = math.log(hi) - math.log(lo)
+  assert search.largest_feasible(f, lo, hi, 0.5, x_rtol=x_rtol) == pytest.approx(lo, rel=1e-15)
+  assert len(calls) == 2
+
+
+def test_largest_feasible_counts_a_point_exactly_at_the_target_as_feasible():
+  """g(x) == target is within budget (ε <= target), so the search keeps it as its lo.
+
+  g is 0 below 1, exactly the target on [1, 4), and infinite from 4 on (the
+  cliff of dp-accounting's ε = 0 regime). Property: the returned point
+  satisfies g(x) <= target and is on the plateau (g(x) == target), not below
+  it. Bug caught: ``fc < 0`` for ``fc <= 0``, which treats a point at the
+  budget edge as over budget and returns a rate below 1 that wastes the
+  whole plateau (here up to 4x the sampling rate).
+  """
+  target = 2.0
+  g = lambda v: 0.0 if v < 1.0 else (target if v < 4.0 else math.inf)
+  x = search.largest_feasible(g, 0.01, 100.0, target)
+  assert g(x) == target
+  assert 1.0 <= x < 4.0
+
+
+def test_secant_on_log_steps_towards_the_target_from_above():
+  """From a point above the target, the first step goes down (at most first_step).
+
+  Property: f(x) = 3x from x0 = 1 (f0 = 3) towards 1.5: the first trial is
+  x0 − 0.02, and the secant then lands on the root 0.5. Bugs caught: the first
+  step forced upwards (``max(+first_step, ...)``) or its direction taken from
+  target + f0 instead of target − f0, which walk away from the target.
+  """
+  x, trials = search.secant_on_log(lambda v: 3.0 * v, 1.0, 3.0, 1.5, max_steps=8, tol=1e-9)
+  assert trials[0][0] == pytest.approx(0.98)
+  assert x == pytest.approx(0.5)
+
+
+def test_secant_on_log_stops_as_soon_as_it_is_within_tol():
+  """Each evaluation is costly (a verified calibration in SAMPLE's stage 3): the loop stops
+  at the first trial within tol of the target, the edge included (|f − target| == tol).
+
+  Bugs caught: the convergence test joined to the stagnation test by ``and``
+  or compared with target's sign flipped (one more, wasted evaluation at the
+  root), or made strict (``<``) so a trial exactly tol away is not accepted.
+  """
+  _, trials = search.secant_on_log(lambda v: 3.0 * v, 0.0, 0.0, 1.5, max_steps=8, tol=1e-9,
+                                   max_step=1.0)
+  assert len(trials) == 2  # the first step, then the exact secant step onto the root
+  tol = abs(3.0 * 0.02 - 1.5)  # the first trial's distance to the target, exactly
+  _, trials = search.secant_on_log(lambda v: 3.0 * v, 0.0, 0.0, 1.5, max_steps=8, tol=tol)
+  assert len(trials) == 1

@@ -222,3 +222,73 @@ def test_accounting_does_not_import_tensorflow():
           "('tensorflow', 'tensorflow_federated', 'tensorflow_privacy')]; "
           "assert not bad, bad")
   subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+
+
+# ---------------------------------------------------------------------------
+# check_cohort's edges (issue 32, mutation survivors)
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("clients_per_round,num_clients", [
+    (1, 1),      # a single client, sampled every round
+    (0.5, 10),   # less than one expected client per round
+    (10, 10),    # the whole population every round
+    (1e-3, 1),
+])
+def test_check_cohort_accepts_every_valid_edge(clients_per_round, num_clients):
+  """Any positive expected cohort up to and including the population is valid, and so is a
+  population of one. Bugs caught: the edges made strict or shifted (``<= 1``/``< 2`` for
+  ``< 1`` clients, ``> 1`` for ``> 0`` per round, ``>=`` for ``>`` against the
+  population), which refuse a valid run (e.g. c = N, everyone sampled: q = 1)."""
+  assert validation.check_cohort(clients_per_round, num_clients) is None
+
+
+@pytest.mark.parametrize("clients_per_round,num_clients,match", [
+    (1, 0, "num_clients=0 must be a positive integer"),
+    (1, 2.5, "num_clients=2.5 must be a positive integer"),
+    (0, 5, "clients_per_round=0 must be > 0"),
+    (5.000001, 5, "exceeds num_clients=5"),
+])
+def test_check_cohort_refuses_just_past_each_edge(clients_per_round, num_clients, match):
+  """Just past each edge the cohort is refused with the argument named."""
+  with pytest.raises(ValueError, match=match):
+    validation.check_cohort(clients_per_round, num_clients)
+
+
+def test_each_check_accepts_its_edge_and_names_its_argument_by_default():
+  """The checks' inclusive edges are valid (1 round, q = 1, ε = ∞, any tiny σ, δ just inside
+  (0, 1)), and by default an error names the argument as the user knows it (``q``,
+  ``epsilon``). Bugs caught: an edge made strict (``rounds <= 1`` refuses a one-round
+  run, ``q < 1`` refuses full participation) and the default argument name changed."""
+  assert validation.check_rounds(1) == 1
+  assert validation.check_rounds(2.0) == 2
+  assert validation.check_sampling_rate(1.0) == 1.0
+  assert validation.check_sampling_rate(1e-12) == 1e-12
+  assert validation.check_epsilon(math.inf) == math.inf
+  assert validation.check_epsilon(1e-300) == 1e-300
+  assert validation.check_noise_multiplier(1e-300) == 1e-300
+  assert validation.check_delta(1e-300) == 1e-300
+  assert validation.check_delta(1 - 1e-16) == 1 - 1e-16
+  with pytest.raises(ValueError, match=r"^q=1\.5 must lie in \(0, 1\]"):
+    validation.check_sampling_rate(1.5)
+  with pytest.raises(ValueError, match=r"^epsilon=0\.0 is not a valid privacy budget"):
+    validation.check_epsilon(0.0)
+  with pytest.raises(ValueError, match=r"^rounds=0 must be a positive integer"):
+    validation.check_rounds(0)
+
+
+def test_group_sizes_give_the_leftover_clients_to_the_largest_remainders():
+  """Largest-remainder apportionment, checked by hand: ratios (0.6, 0.3, 0.1) of 12 clients
+  are 7.2, 3.6, 1.2; the floors 7, 3, 1 leave one client, which goes to the largest
+  remainder (0.6, the middle group): (7, 4, 1). Bug caught: ordering by the quota plus
+  the floor instead of the remainder, which gives (8, 3, 1), still "within one" of the
+  quotas (so the property test above cannot see it) but not the largest-remainder split."""
+  assert list(validation.group_sizes_from_ratios([0.6, 0.3, 0.1], 12)) == [7, 4, 1]
+
+
+def test_ratios_given_as_strings_are_read_as_numbers():
+  """Ratios typed on a command line ("0.34,0.43,0.23" split into strings) are converted to
+  floats, not compared as text. Bug caught: the float dtype dropped (a string array, on
+  which the sign and sum checks fail)."""
+  r = validation.check_ratios(["0.34", "0.43", "0.23"])
+  assert r.dtype == np.float64
+  np.testing.assert_allclose(r, [0.34, 0.43, 0.23])

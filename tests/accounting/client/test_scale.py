@@ -151,3 +151,57 @@ def test_an_empty_group_neither_sets_the_noise_nor_is_charged():
   assert with_empty.achieved_epsilons[1:] == without.achieved_epsilons
   no_noise = scale.get_group_clip_scales([math.inf, math.inf], [0, 10], 1e-4, 50, 3)
   assert no_noise.achieved_epsilons == (0.0, math.inf)
+
+
+def test_expected_clip_scale_sum_is_the_cohorts_expected_sum_of_scales(fmnist):
+  """c_s = E[Σ_{i in cohort} s_i] = q·Σ_p |G_p| s_p, the normaliser of the clip bits in the
+  adaptive-clipping aggregator; recomputed by hand from the group sizes and scales.
+  Bugs caught: a wrong factor (q dropped, sizes and scales added instead of multiplied),
+  which biases the clip-norm estimate."""
+  cal = fmnist
+  by_hand = (30 / 3383) * sum(n * s for n, s in zip((1150, 1455, 778), cal.clip_scales))
+  assert cal.expected_clip_scale_sum == pytest.approx(by_hand, rel=1e-12)
+  assert cal.expected_clip_scale_sum < 30  # scales <= 1, strictly below for two groups
+
+
+def test_pld_noise_is_the_pld_edge_of_the_most_relaxed_group():
+  """With the PLD accountant, z is getNoise under PLD (not RDP's, which needs more noise):
+  the most relaxed group's budget breaks under a fresh PLD accountant at 3% less noise.
+  Bug caught: getNoise called with the default accountant (RDP), which over-noises
+  every group of a PLD calibration."""
+  eps, sizes, delta, rounds, c = [1.0, 3.0], [200, 100], 1e-5, 10, 30
+  cal = scale.get_group_clip_scales(eps, sizes, delta, rounds, c, "pld")
+  z, q = cal.noise_multiplier, c / sum(sizes)
+  assert dp_epsilon(q, z, rounds, delta, "pld") <= 3.0
+  assert dp_epsilon(q, 0.97 * z, rounds, delta, "pld") > 3.0
+
+
+def test_bad_budgets_are_refused_by_group():
+  """Each budget is validated and the error names the group. Bug caught: the check dropped
+  or the group index lost from the message."""
+  with pytest.raises(ValueError, match=r"epsilons\[1\]=0\.0 is not a valid privacy budget"):
+    scale.get_group_clip_scales([1.0, 0.0], [10, 10], 1e-5, 10, 5)
+
+
+def test_a_scale_that_verifies_is_not_shaved(fmnist):
+  """Where z/σ_p (σ_p the group's own getNoise) already meets the budget under a fresh
+  accountant, that scale is kept exactly: shaving costs clip norm for nothing.
+  Bug caught: the first verification evaluated at z·s instead of z/s (less noise, so it
+  fails and the scale is shaved needlessly)."""
+  cal = fmnist
+  checked = 0
+  for s, target in zip(cal.clip_scales, cal.target_epsilons):
+    sigma_p = scale.sample.get_noise(target, cal.delta, cal.sampling_rate, cal.rounds)
+    assert dp_epsilon(cal.sampling_rate, sigma_p, cal.rounds, cal.delta) <= target
+    if dp_epsilon(cal.sampling_rate, cal.noise_multiplier / (cal.noise_multiplier / sigma_p),
+                  cal.rounds, cal.delta) <= target:
+      assert s == cal.noise_multiplier / sigma_p
+      checked += 1
+  assert checked >= 2  # the two stricter groups (s < 1) at least
+
+
+def test_a_scale_at_exactly_the_budget_is_kept(monkeypatch):
+  """ε == target is within budget: with an exact ε equal to the target, the scale is
+  returned as is. Bug caught: ``<`` for ``<=`` (the scale shaved 60 times, then refused)."""
+  monkeypatch.setattr(scale.exact, "epsilon", lambda *a, **k: 1.5)
+  assert scale._verified_scale(0.7, 1.5, 1.2, 0.01, 10, 1e-5, "rdp") == (0.7, 1.5)

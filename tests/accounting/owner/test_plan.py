@@ -102,3 +102,96 @@ def test_drop_less_private_keeps_the_most_private_owner():
   assert not np.array_equal(keep, owner_plan.drop_less_private(owners, [0.1, 1.0, 0.1], 0.3, 1))
   with pytest.raises(ValueError, match="fraction"):
     owner_plan.drop_less_private(owners, [0.1, 1.0, 0.1], 1.0, 0)
+
+
+def test_record_views_are_float32_and_to_dict_reports_the_released_noise():
+  """The per-record views feed float32 TF tensors, and to_dict reports the noise actually
+  added: noise_std = z·C and owner n's effective multiplier z·C/C_n (INO-SGD App. C.1).
+
+  Checked by hand from the plan's own fields (z, C, C_n). Bugs caught: the views left in
+  float64 (a dtype clash in DP-SGD's float32 graph), noise_std or the effective
+  multipliers dropped from the report or replaced by None.
+  """
+  plan = owner_plan.plan_owners([0.5, 2.0], [10, 10], DELTA, 50, 4, clip_norm=1.5,
+                                mechanism="scale")
+  owners = np.array([0, 1, 1, 0])
+  assert plan.record_rates(owners).dtype == np.float32
+  assert plan.record_thresholds(owners).dtype == np.float32
+  d = plan.to_dict()
+  assert d["noise_std"] == pytest.approx(plan.noise_multiplier * 1.5, rel=1e-12)
+  assert d["noise_std"] > 0
+  assert d["effective_noise_multipliers"] == pytest.approx(
+      [plan.noise_multiplier * 1.5 / c for c in plan.clip_thresholds], rel=1e-12)
+  assert d["effective_noise_multipliers"][0] > d["effective_noise_multipliers"][1]
+
+
+def test_drop_less_private_is_reproducible_and_drops_nothing_at_zero():
+  """"Drop x%" is a seeded baseline: the same seed drops the same records (the run can be
+  repeated), and x = 0 is valid and keeps every record. Bugs caught: the seed ignored
+  (OS entropy, a different subset per call) and 0% refused."""
+  owners = np.repeat([0, 1, 2], [100, 100, 50])
+  first = owner_plan.drop_less_private(owners, [0.1, 1.0, 2.0], 0.3, seed=7)
+  again = owner_plan.drop_less_private(owners, [0.1, 1.0, 2.0], 0.3, seed=7)
+  np.testing.assert_array_equal(first, again)
+  assert (~first).sum() == 30 + 15
+  assert owner_plan.drop_less_private(owners, [0.1, 1.0, 2.0], 0.0, seed=7).all()
+
+
+def test_owner_epsilon_defaults_to_rdp_and_handles_the_degenerate_owners():
+  """owner_epsilon's default accountant is RDP (as plan_owners'): it equals a fresh
+  RdpAccountant; an owner never sampled spends 0 and one without noise ∞. Bugs caught:
+  the default accountant name garbled (every default call refused), the q = 0 shortcut
+  taken at q = 1 or returning a nonzero ε."""
+  assert owner_plan.owner_epsilon(0.02, 1.1, 100, DELTA) == pytest.approx(
+      dp_epsilon(0.02, 1.1, 100, DELTA), rel=1e-12)
+  # An owner sampled in every step (q = 1) is charged in full, not as never sampled.
+  assert owner_plan.owner_epsilon(1.0, 4.0, 10, DELTA) == pytest.approx(
+      dp_epsilon(1.0, 4.0, 10, DELTA), rel=1e-12)
+  assert owner_plan.owner_epsilon(0.0, 1.1, 100, DELTA) == 0.0
+  assert owner_plan.owner_epsilon(0.02, 0.0, 100, DELTA) == math.inf
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(owner_sizes=[-1, 100]), r"owner_sizes=\[-1, 100\] must be >= 0"),
+    (dict(owner_names=["only"]), "one owner name per budget"),
+    (dict(owner_sizes=[0, 0]), "the owners hold no records"),
+    (dict(steps=0), "rounds=0 must be a positive integer"),
+    (dict(clip_norm=math.inf), "clip_norm=inf must be a finite number"),
+    (dict(expected_batch=0), r"expected_batch=0 must be in \(0, 200\]"),
+    (dict(accountant="gdp"), "not supported"),
+])
+def test_every_plan_input_is_checked_by_name(kwargs, match):
+  """Each malformed input is refused with the argument named. Bugs caught: a check dropped
+  (a negative owner, a missing name, an empty silo or a zero batch silently planned) or
+  its message losing the value."""
+  args = dict(epsilons=[0.5, 1.0], owner_sizes=[100, 100], delta=DELTA, steps=10,
+              expected_batch=10)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    owner_plan.plan_owners(**args)
+
+
+def test_plan_edges_are_accepted():
+  """Valid edges: the expected batch equal to every record (q = 1 for everyone under
+  SCALE), an owner with no records, a tiny clip norm. Each plan is verified within budget
+  by a fresh accountant. Bugs caught: the batch bound made strict, empty owners refused."""
+  plan = owner_plan.plan_owners([50.0, 80.0], [20, 20], DELTA, 5, expected_batch=40,
+                                mechanism="scale")
+  assert plan.sampling_rates == (1.0, 1.0)
+  plan = owner_plan.plan_owners([1.0, 2.0, 4.0], [0, 200, 100], DELTA, 20, 30,
+                                clip_norm=1e-6)
+  assert plan.owner_sizes == (0, 200, 100) and plan.clip_norm == 1e-6
+  for e_ind, e_t in zip(_independent_epsilons(plan), plan.target_epsilons):
+    assert e_ind <= e_t
+
+
+def test_verify_accepts_a_plan_that_spends_exactly_its_budget():
+  """A budget is ε <= target: a plan whose owners spend exactly their budgets is valid,
+  and one a hair over is refused. Bug caught: ``>=`` for ``>`` (every tight plan refused)."""
+  plan = owner_plan.plan_owners([0.5, 2.0], [100, 100], DELTA, 100, 10)
+  exact_budget = owner_plan.OwnerPlan(**{**plan.__dict__,
+                                         "target_epsilons": plan.achieved_epsilons})
+  assert owner_plan.verify_plan(exact_budget) == plan.achieved_epsilons
+  hair = tuple(math.nextafter(e, 0.0) for e in plan.achieved_epsilons)
+  with pytest.raises(RuntimeError, match="over-budget"):
+    owner_plan.verify_plan(owner_plan.OwnerPlan(**{**plan.__dict__, "target_epsilons": hair}))
