@@ -248,3 +248,40 @@ def test_usage_is_reported_against_effective_and_own_budgets():
                                  own_budgets={"a": own})
   fresh.set_state(json.loads(json.dumps(ledger.get_state())))
   assert fresh.metrics() == ledger.metrics()
+
+
+def test_round_events_describe_the_active_sampled_rates():
+  """round_events gives one TwoStageSampledDpEvent per distinct rate still sampled, with
+  the run's λ, σ, τ and threat model; excluded and q = 0 records drop out.
+
+  Catches events that describe excluded records (over-reporting what was
+  released is harmless, but the inverse is not: here both directions), keep
+  q = 0 records, or carry the wrong mechanism parameters.
+  """
+  from tff_idp.accounting import events
+  params = TwoStageParams(1.3, 4, 10, 0.6, 1e-4, "type1")
+  one_round = rdp_two_stage.epsilon(0.1, TwoStageParams(1.3, 4, 1, 1.0, 1e-4))
+  budgets = {"a": np.array([one_round, np.inf, np.inf]), "b": np.array([np.inf])}
+  rates = {"a": np.array([0.1, 0.2, 0.0]), "b": np.array([0.2])}
+  ledger = RecordBudgetAccountant(budgets, rates, params)
+  ledger.begin_round()
+  first = ledger.round_events()
+  assert sorted(e.record_rate for e in first) == [0.1, 0.2]
+  for e in first:
+    assert isinstance(e, events.TwoStageSampledDpEvent)
+    assert (e.client_rate, e.noise_multiplier, e.local_steps, e.threat_model) == (
+        0.6, 1.3, 4, "type1")
+  ledger.end_round(["a", "b"])
+  ledger.begin_round()  # record a[0] has spent its whole budget: excluded
+  assert [e.record_rate for e in ledger.round_events()] == [0.2]
+
+
+def test_metric_names_are_the_metrics_keys():
+  """The ledger announces exactly the columns its metrics() returns.
+
+  Catches a metric_names that returns nothing or another list (the round
+  driver creates its metric columns from it).
+  """
+  ledger, *_ = make_ledger()
+  assert ledger.metric_names(("g",)) == list(RecordBudgetAccountant.METRIC_NAMES)
+  assert ledger.metric_names() == list(ledger.metrics())
