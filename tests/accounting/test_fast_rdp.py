@@ -200,7 +200,7 @@ def test_rdp_many_matches_dp_accounting_in_every_chunk(chunk_rows):
   """rdp_poisson_subsampled_gaussian_many equals dp-accounting row by row, whatever the chunking.
 
   Catches rows written to the wrong place, a chunk that is skipped or cut
-  short, and the q = 0 / q = 1 special rows.
+  short, the q = 0 / q = 1 special rows, and a scalar q that is not made a row.
   """
   qs = np.array([0.5, 0.0, 1e-5, 1.0, 0.01, 0.3, 0.999, 1e-3])
   sigma = 0.9
@@ -209,6 +209,10 @@ def test_rdp_many_matches_dp_accounting_in_every_chunk(chunk_rows):
   for row, q in zip(out, qs):
     ref = np.asarray(dp_rdp._compute_rdp_poisson_subsampled_gaussian(q, sigma, DP_INTEGER_ORDERS))
     np.testing.assert_allclose(row, ref, rtol=1e-9, atol=1e-15)
+  # A scalar rate is one row.
+  scalar = fast_rdp.rdp_poisson_subsampled_gaussian_many(0.3, sigma, chunk_rows=chunk_rows)
+  assert scalar.shape == (1, len(DP_INTEGER_ORDERS))
+  np.testing.assert_array_equal(scalar[0], out[5])
 
 
 @pytest.mark.parametrize("bad", [[-1e-9], [1.0 + 1e-9], [0.5, np.nan]])
