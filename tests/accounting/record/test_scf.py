@@ -319,3 +319,15 @@ def test_fit_and_invert_emit_no_warnings():
       fit = scf.fit_scf(params(**overrides))
       out = fit.invert(np.array([-1.0, 0.0, fit.c, fit.c - 1.0, 1.0]))
       assert np.isnan(out[0])
+
+
+def test_r_squared_of_a_grid_with_one_repeated_rate_is_one():
+  """A Π of one repeated rate has no spread (TSS = 0); the exact fit reports R² = 1, not
+  NaN or a value outside [0, 1].
+
+  Catches dividing by a zero total sum of squares, and a wrong value for that case.
+  """
+  fit = scf.fit_scf(params(), np.full(4, 0.5))
+  assert fit.r_squared == 1.0
+  np.testing.assert_allclose(fit.predict(0.5), rdp_two_stage.epsilon_reference(0.5, params()),
+                             rtol=1e-9)
