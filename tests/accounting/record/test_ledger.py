@@ -285,3 +285,34 @@ def test_metric_names_are_the_metrics_keys():
   ledger, *_ = make_ledger()
   assert ledger.metric_names(("g",)) == list(RecordBudgetAccountant.METRIC_NAMES)
   assert ledger.metric_names() == list(ledger.metrics())
+
+
+def test_spent_metrics_are_the_min_mean_and_max_of_the_records_epsilon():
+  """epsilon_spent_{min,mean,max} summarise every record's ε, each recomputed here from
+  Theorem 1 with T = the rounds it was charged (dp-accounting cross-checked elsewhere).
+
+  Catches a metric stuck at 0 (a privacy dashboard that always reads "nothing
+  spent") or computed over the wrong records.
+  """
+  ledger, budgets, rates, params = make_ledger(rounds=3)
+  for _ in range(2):
+    ledger.begin_round()
+    ledger.end_round([])
+  eps = np.array([independent_epsilon(q, 2 if q > 0 else 0, params) for q in flat(rates)])
+  m = ledger.metrics()
+  assert m["epsilon_spent_min"] == pytest.approx(eps.min(), rel=1e-12, abs=1e-15)
+  assert m["epsilon_spent_mean"] == pytest.approx(eps.mean(), rel=1e-12)
+  assert m["epsilon_spent_max"] == pytest.approx(eps.max(), rel=1e-12)
+  assert 0 < m["epsilon_spent_min"] < m["epsilon_spent_mean"] < m["epsilon_spent_max"]
+
+
+def test_a_ledger_without_records_reports_zeros():
+  """A run with no records (no clients) has spent nothing: every metric is 0.
+
+  Catches a min/mean over an empty array (an error) and a non-zero default.
+  """
+  params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
+  ledger = RecordBudgetAccountant({}, {}, params)
+  ledger.begin_round()
+  ledger.end_round([])
+  assert ledger.metrics() == {name: 0 for name in RecordBudgetAccountant.METRIC_NAMES}
