@@ -316,3 +316,23 @@ def test_a_ledger_without_records_reports_zeros():
   ledger.begin_round()
   ledger.end_round([])
   assert ledger.metrics() == {name: 0 for name in RecordBudgetAccountant.METRIC_NAMES}
+
+
+def test_budgets_and_rates_may_be_laid_out_as_matrices():
+  """A client's records may come as a matrix (calibration keeps any shape): the ledger
+  flattens them in order and charges each record by its own rate.
+
+  Catches a ledger that keeps the matrix shape (its flat indexing and the
+  per-client slices would then mix records up, or fail).
+  """
+  params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
+  budgets = {"a": np.array([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]]), "b": np.array([3.0])}
+  rates = {"a": np.array([[0.01, 0.02, 0.04], [0.08, 0.16, 0.3]]), "b": np.array([0.05])}
+  ledger = RecordBudgetAccountant(budgets, rates, params)
+  ledger.begin_round()
+  ledger.end_round([])
+  expected = [independent_epsilon(q, 1, params) for q in (0.01, 0.02, 0.04, 0.08, 0.16, 0.3)]
+  np.testing.assert_allclose(ledger.spent_by_client()["a"], expected, rtol=1e-12)
+  np.testing.assert_allclose(ledger.spent_by_client()["b"],
+                             [independent_epsilon(0.05, 1, params)], rtol=1e-12)
+  np.testing.assert_array_equal(ledger.current_rates("a"), rates["a"].reshape(-1))
