@@ -336,3 +336,44 @@ def test_budgets_and_rates_may_be_laid_out_as_matrices():
   np.testing.assert_allclose(ledger.spent_by_client()["b"],
                              [independent_epsilon(0.05, 1, params)], rtol=1e-12)
   np.testing.assert_array_equal(ledger.current_rates("a"), rates["a"].reshape(-1))
+
+
+def test_effective_budget_above_own_is_refused_only_for_sampled_records():
+  """A record that can be sampled (q > 0) must not be held to an effective budget above
+  its own ε_ij (enforcing it would not protect the record's own budget); a record at
+  q = 0 never spends, so its budgets may differ. Own budgets may be matrices too.
+
+  Catches a refusal that never fires, fires for q = 0 records, or only for q > 1,
+  and a size check of own budgets that miscounts the second client's records.
+  """
+  params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
+  budgets = {"a": np.array([[1.0, 1.0], [1.0, 1.0]]), "b": np.array([2.0, 2.0, 2.0])}
+  rates = {"a": np.array([[0.1, 0.1], [0.0, 0.1]]), "b": np.array([0.2, 0.2, 0.2])}
+  # a's third record (q = 0) has a lower own budget: allowed.
+  own = {"a": np.array([[1.0, 1.5], [0.5, 1.0]]), "b": np.array([2.0, 3.0, 2.0])}
+  ledger = RecordBudgetAccountant(budgets, rates, params, own_budgets=own)
+  np.testing.assert_array_equal(ledger.own_budgets, [1.0, 1.5, 0.5, 1.0, 2.0, 3.0, 2.0])
+  ledger.begin_round()
+  ledger.end_round([])
+  spent = ledger.spent()
+  m = ledger.metrics()
+  assert m["budget_used_max_vs_own"] == pytest.approx(max(spent / ledger.own_budgets))
+  bad = {"a": own["a"], "b": np.array([2.0, 3.0, 1.9])}
+  with pytest.raises(ValueError, match=r"client 'b', record 2: effective budget 2.0 exceeds"):
+    RecordBudgetAccountant(budgets, rates, params, own_budgets=bad)
+  with pytest.raises(ValueError, match="client 'b': 2 own budgets but 3 rates"):
+    RecordBudgetAccountant(budgets, rates, params,
+                           own_budgets={"a": own["a"], "b": np.array([2.0, 2.0])})
+
+
+def test_a_ledger_without_records_accepts_empty_own_budgets():
+  """No clients, with own budgets given as an empty mapping: nothing spent, all zeros.
+
+  Catches concatenating an empty list of own budgets, or a stray placeholder record.
+  """
+  params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
+  ledger = RecordBudgetAccountant({}, {}, params, own_budgets={})
+  assert ledger.own_budgets.shape == (0,) and ledger.budgets.shape == (0,)
+  ledger.begin_round()
+  ledger.end_round([])
+  assert ledger.metrics() == {name: 0 for name in RecordBudgetAccountant.METRIC_NAMES}
