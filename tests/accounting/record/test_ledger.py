@@ -344,7 +344,8 @@ def test_effective_budget_above_own_is_refused_only_for_sampled_records():
   q = 0 never spends, so its budgets may differ. Own budgets may be matrices too.
 
   Catches a refusal that never fires, fires for q = 0 records, or only for q > 1,
-  and a size check of own budgets that miscounts the second client's records.
+  an error that names the wrong client or record, and a size check of own
+  budgets that miscounts the second client's records.
   """
   params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
   budgets = {"a": np.array([[1.0, 1.0], [1.0, 1.0]]), "b": np.array([2.0, 2.0, 2.0])}
@@ -361,6 +362,10 @@ def test_effective_budget_above_own_is_refused_only_for_sampled_records():
   bad = {"a": own["a"], "b": np.array([2.0, 3.0, 1.9])}
   with pytest.raises(ValueError, match=r"client 'b', record 2: effective budget 2.0 exceeds"):
     RecordBudgetAccountant(budgets, rates, params, own_budgets=bad)
+  # The offending record is the first of its client: the error still names it.
+  first = {"a": own["a"], "b": np.array([1.0, 3.0, 2.0])}
+  with pytest.raises(ValueError, match=r"client 'b', record 0: effective budget 2.0 exceeds"):
+    RecordBudgetAccountant(budgets, rates, params, own_budgets=first)
   with pytest.raises(ValueError, match="client 'b': 2 own budgets but 3 rates"):
     RecordBudgetAccountant(budgets, rates, params,
                            own_budgets={"a": own["a"], "b": np.array([2.0, 2.0])})
@@ -369,7 +374,8 @@ def test_effective_budget_above_own_is_refused_only_for_sampled_records():
 def test_a_ledger_without_records_accepts_empty_own_budgets():
   """No clients, with own budgets given as an empty mapping: nothing spent, all zeros.
 
-  Catches concatenating an empty list of own budgets, or a stray placeholder record.
+  Catches concatenating an empty list of own budgets, or a stray placeholder record
+  (in the metrics or the checkpoint).
   """
   params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
   ledger = RecordBudgetAccountant({}, {}, params, own_budgets={})
@@ -377,3 +383,5 @@ def test_a_ledger_without_records_accepts_empty_own_budgets():
   ledger.begin_round()
   ledger.end_round([])
   assert ledger.metrics() == {name: 0 for name in RecordBudgetAccountant.METRIC_NAMES}
+  # No phantom record in the checkpoint either.
+  assert ledger.get_state() == {"charged": [], "active": [], "rounds_done": 1}
