@@ -433,3 +433,19 @@ def test_epsilon_reference_uses_the_orders_it_is_given():
   ours = rdp_two_stage.epsilon_reference(0.05, p, orders=dp_rdp.DEFAULT_RDP_ORDERS)
   assert ours == pytest.approx(acc.get_epsilon(p.delta), rel=1e-9)
   assert rdp_two_stage.epsilon_reference(0.05, p) > ours * (1 + 1e-3)
+
+
+def test_kl_margin_inflates_rho():
+  """The KL shortcut (ε = 0) needs ρ·(1 + 1e-3) + 1e-12 < δ², not just ρ < δ²: at
+  ρ = δ²(1 − 5e-4) the plain shortcut would read 0, the margin gives the hand-computed
+  Prop. 12 ε (δ = 1e-4, where it is > 0).
+
+  Catches a margin applied in the wrong direction (ρ/(1 + m) or ρ(1 − m)), which
+  would take the shortcut on the unsafe side of the cliff.
+  """
+  delta = 1e-4
+  rho = np.full(len(ORDERS), delta**2 * (1 - 5e-4))
+  assert dp_rdp.compute_epsilon(ORDERS, rho, delta)[0] == 0.0
+  eps = rdp_two_stage.rdp_to_epsilon(rho, delta)
+  assert eps == pytest.approx(balle_epsilon(rho, delta), rel=1e-12)
+  assert eps > 1e-3
