@@ -154,3 +154,118 @@ def test_epsilon_is_monotone_in_q_and_sigma():
   eps_s = [fast_rdp.epsilon(0.01, s, 100, 1e-5) for s in sigmas]
   assert np.all(np.diff(eps_s) < 0)
   assert math.isfinite(eps_q[-1])
+
+
+# dp-accounting's integer orders as it holds them (a float array), and a
+# custom subset with a small, a middle and a large order.
+DP_INTEGER_ORDERS_FLOAT = np.asarray(DP_INTEGER_ORDERS, dtype=float)
+CUSTOM_ORDERS = [3, 7, 40, 256]
+
+
+@pytest.mark.parametrize("orders", [DP_INTEGER_ORDERS_FLOAT, CUSTOM_ORDERS],
+                         ids=["dp_integer_orders_as_floats", "custom"])
+@pytest.mark.parametrize("q,sigma", [(0.02, 0.8), (0.3, 2.0), (1e-4, 0.5)])
+def test_a_fresh_order_table_matches_dp_accounting(orders, q, sigma):
+  """A table built for any integer orders gives dp-accounting's RDP at exactly those orders.
+
+  The module's default table is built at import time, so only a table built
+  in the test exercises the construction: catches a wrong segment layout
+  (sizes, starts, segment ids), a wrong binomial coefficient or i² − i term,
+  and a table that rejects integer orders given as floats.
+  """
+  table = fast_rdp._OrderTable(orders)  # pylint: disable=protected-access
+  ref = np.asarray(dp_rdp._compute_rdp_poisson_subsampled_gaussian(q, sigma, list(orders)))
+  one = fast_rdp.rdp_poisson_subsampled_gaussian(q, sigma, table)
+  assert one.shape == (len(orders),)
+  np.testing.assert_allclose(one, ref, rtol=1e-9, atol=1e-15)
+  many = fast_rdp.rdp_poisson_subsampled_gaussian_many(np.array([q, 0.0, 1.0]), sigma, table)
+  np.testing.assert_allclose(many[0], ref, rtol=1e-9, atol=1e-15)
+  np.testing.assert_array_equal(many[1], 0.0)
+  np.testing.assert_allclose(many[2], np.asarray(orders, float) / (2 * sigma**2), rtol=1e-12)
+
+
+def test_order_two_is_a_valid_order():
+  """Order 2 is the smallest integer order dp-accounting uses; a table must accept it.
+
+  Catches a bound that rejects α = 2 (the optimal order at small σ).
+  """
+  table = fast_rdp._OrderTable([2])  # pylint: disable=protected-access
+  ref = dp_rdp._compute_rdp_poisson_subsampled_gaussian(0.1, 0.6, [2])
+  np.testing.assert_allclose(fast_rdp.rdp_poisson_subsampled_gaussian(0.1, 0.6, table), ref,
+                             rtol=1e-12)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 256])
+def test_rdp_many_matches_dp_accounting_in_every_chunk(chunk_rows):
+  """rdp_poisson_subsampled_gaussian_many equals dp-accounting row by row, whatever the chunking.
+
+  Catches rows written to the wrong place, a chunk that is skipped or cut
+  short, the q = 0 / q = 1 special rows, and a scalar q that is not made a row.
+  """
+  qs = np.array([0.5, 0.0, 1e-5, 1.0, 0.01, 0.3, 0.999, 1e-3])
+  sigma = 0.9
+  out = fast_rdp.rdp_poisson_subsampled_gaussian_many(qs, sigma, chunk_rows=chunk_rows)
+  assert out.shape == (qs.size, len(DP_INTEGER_ORDERS))
+  for row, q in zip(out, qs):
+    ref = np.asarray(dp_rdp._compute_rdp_poisson_subsampled_gaussian(q, sigma, DP_INTEGER_ORDERS))
+    np.testing.assert_allclose(row, ref, rtol=1e-9, atol=1e-15)
+  # A scalar rate is one row.
+  scalar = fast_rdp.rdp_poisson_subsampled_gaussian_many(0.3, sigma, chunk_rows=chunk_rows)
+  assert scalar.shape == (1, len(DP_INTEGER_ORDERS))
+  np.testing.assert_array_equal(scalar[0], out[5])
+
+
+@pytest.mark.parametrize("bad", [[-1e-9], [1.0 + 1e-9], [0.5, np.nan]])
+def test_rdp_many_rejects_rates_outside_unit_interval(bad):
+  """Rates outside [0, 1] (or NaN) are refused, not turned into a meaningless RDP.
+
+  Catches a range check that lets a negative rate, a rate above 1 or NaN through.
+  """
+  with pytest.raises(ValueError, match=r"\[0, 1\]"):
+    fast_rdp.rdp_poisson_subsampled_gaussian_many(np.array(bad), 1.0)
+
+
+def refined_reference(q, sigma, rounds, delta):
+  """dp-accounting's ε over its integer orders plus its fractional default orders
+  (1.1, ..., 10.9) within 0.65 of the best integer order, as epsilon_refined documents."""
+  rdp_int = rounds * np.asarray(
+      dp_rdp._compute_rdp_poisson_subsampled_gaussian(q, sigma, DP_INTEGER_ORDERS))
+  _, best = dp_rdp.compute_epsilon(DP_INTEGER_ORDERS, rdp_int, delta)
+  fractional = [o for o in dp_rdp.DEFAULT_RDP_ORDERS
+                if not float(o).is_integer() and abs(o - best) < 0.65]
+  orders = DP_INTEGER_ORDERS + fractional
+  rdp = rounds * np.asarray(dp_rdp._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders))
+  return dp_rdp.compute_epsilon(orders, rdp, delta)[0], len(fractional)
+
+
+# Optimal integer order 2 to 6 (fractional neighbours used) and 53 (none).
+REFINED_CASES = [(0.01, 0.5, 100, 1e-5), (1e-3, 0.35, 1000, 1e-5), (0.05, 1.0, 50, 1e-5),
+                 (0.3, 0.6, 10, 1e-3), (0.01, 3.0, 420, 1e-5)]
+
+
+@pytest.mark.parametrize("q,sigma,rounds,delta", REFINED_CASES)
+def test_epsilon_refined_equals_dp_accounting_on_its_documented_orders(q, sigma, rounds, delta):
+  """epsilon_refined is dp-accounting's ε over the integer orders plus the fractional
+  orders within ±0.65 of the best integer one; it lies between RdpAccountant's ε and
+  the integer-only ε.
+
+  Catches a refinement that uses the wrong neighbourhood, drops the rounds or
+  σ from the fractional RDP, or does not take the minimum of the two.
+  """
+  ref, n_fractional = refined_reference(q, sigma, rounds, delta)
+  ours = fast_rdp.epsilon_refined(q, sigma, rounds, delta)
+  assert ours == pytest.approx(ref, rel=1e-9, abs=1e-12)
+  assert dp_rdp_epsilon(q, sigma, rounds, delta) * (1 - 1e-9) <= ours
+  assert ours <= fast_rdp.epsilon(q, sigma, rounds, delta) * (1 + 1e-12)
+  if n_fractional:  # where fractional orders are used they must help here
+    assert ours < fast_rdp.epsilon(q, sigma, rounds, delta) * (1 - 1e-4)
+
+
+def test_epsilon_refined_at_q_zero_is_zero():
+  """A rate of 0 spends nothing: ε = 0 (dp-accounting agrees).
+
+  Catches a refinement that calls dp-accounting's fractional RDP at q = 0 and
+  fails or returns a positive ε.
+  """
+  assert fast_rdp.epsilon_refined(0.0, 0.5, 100, 1e-5) == 0.0
+  assert dp_rdp_epsilon(0.0, 0.5, 100, 1e-5) == 0.0

@@ -201,7 +201,10 @@ def test_inf_budgets_get_q_one():
     assert 0 < result.q[0, 1] < 1
   only_inf = calibrate_record_rates(np.full(5, np.inf), FIG5)
   np.testing.assert_array_equal(only_inf.q, 1.0)
-  assert only_inf.unused_budget()["mean"] == 0.0
+  # Without a finite budget nothing is unused, reported under the same fields.
+  assert only_inf.unused_budget() == {"mean": 0.0, "median": 0.0, "max": 0.0,
+                                      "records_over_1pct": 0}
+  assert set(only_inf.unused_budget()) == set(result.unused_budget())
 
 
 def test_budgets_above_eps_star_one_get_q_one_and_report_unused():

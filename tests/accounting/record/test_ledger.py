@@ -248,3 +248,140 @@ def test_usage_is_reported_against_effective_and_own_budgets():
                                  own_budgets={"a": own})
   fresh.set_state(json.loads(json.dumps(ledger.get_state())))
   assert fresh.metrics() == ledger.metrics()
+
+
+def test_round_events_describe_the_active_sampled_rates():
+  """round_events gives one TwoStageSampledDpEvent per distinct rate still sampled, with
+  the run's λ, σ, τ and threat model; excluded and q = 0 records drop out.
+
+  Catches events that describe excluded records (over-reporting what was
+  released is harmless, but the inverse is not: here both directions), keep
+  q = 0 records, or carry the wrong mechanism parameters.
+  """
+  from tff_idp.accounting import events
+  params = TwoStageParams(1.3, 4, 10, 0.6, 1e-4, "type1")
+  one_round = rdp_two_stage.epsilon(0.1, TwoStageParams(1.3, 4, 1, 1.0, 1e-4))
+  budgets = {"a": np.array([one_round, np.inf, np.inf]), "b": np.array([np.inf])}
+  rates = {"a": np.array([0.1, 0.2, 0.0]), "b": np.array([0.2])}
+  ledger = RecordBudgetAccountant(budgets, rates, params)
+  ledger.begin_round()
+  first = ledger.round_events()
+  assert sorted(e.record_rate for e in first) == [0.1, 0.2]
+  for e in first:
+    assert isinstance(e, events.TwoStageSampledDpEvent)
+    assert (e.client_rate, e.noise_multiplier, e.local_steps, e.threat_model) == (
+        0.6, 1.3, 4, "type1")
+  ledger.end_round(["a", "b"])
+  ledger.begin_round()  # record a[0] has spent its whole budget: excluded
+  assert [e.record_rate for e in ledger.round_events()] == [0.2]
+
+
+def test_metric_names_are_the_metrics_keys():
+  """The ledger announces exactly the columns its metrics() returns.
+
+  Catches a metric_names that returns nothing or another list (the round
+  driver creates its metric columns from it).
+  """
+  ledger, *_ = make_ledger()
+  assert ledger.metric_names(("g",)) == list(RecordBudgetAccountant.METRIC_NAMES)
+  assert ledger.metric_names() == list(ledger.metrics())
+
+
+def test_spent_metrics_are_the_min_mean_and_max_of_the_records_epsilon():
+  """epsilon_spent_{min,mean,max} summarise every record's ε, each recomputed here from
+  Theorem 1 with T = the rounds it was charged (dp-accounting cross-checked elsewhere).
+
+  Catches a metric stuck at 0 (a privacy dashboard that always reads "nothing
+  spent") or computed over the wrong records.
+  """
+  ledger, budgets, rates, params = make_ledger(rounds=3)
+  for _ in range(2):
+    ledger.begin_round()
+    ledger.end_round([])
+  eps = np.array([independent_epsilon(q, 2 if q > 0 else 0, params) for q in flat(rates)])
+  m = ledger.metrics()
+  assert m["epsilon_spent_min"] == pytest.approx(eps.min(), rel=1e-12, abs=1e-15)
+  assert m["epsilon_spent_mean"] == pytest.approx(eps.mean(), rel=1e-12)
+  assert m["epsilon_spent_max"] == pytest.approx(eps.max(), rel=1e-12)
+  assert 0 < m["epsilon_spent_min"] < m["epsilon_spent_mean"] < m["epsilon_spent_max"]
+
+
+def test_a_ledger_without_records_reports_zeros():
+  """A run with no records (no clients) has spent nothing: every metric is 0.
+
+  Catches a min/mean over an empty array (an error) and a non-zero default.
+  """
+  params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
+  ledger = RecordBudgetAccountant({}, {}, params)
+  ledger.begin_round()
+  ledger.end_round([])
+  assert ledger.metrics() == {name: 0 for name in RecordBudgetAccountant.METRIC_NAMES}
+
+
+def test_budgets_and_rates_may_be_laid_out_as_matrices():
+  """A client's records may come as a matrix (calibration keeps any shape): the ledger
+  flattens them in order and charges each record by its own rate.
+
+  Catches a ledger that keeps the matrix shape (its flat indexing and the
+  per-client slices would then mix records up, or fail).
+  """
+  params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
+  budgets = {"a": np.array([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]]), "b": np.array([3.0])}
+  rates = {"a": np.array([[0.01, 0.02, 0.04], [0.08, 0.16, 0.3]]), "b": np.array([0.05])}
+  ledger = RecordBudgetAccountant(budgets, rates, params)
+  ledger.begin_round()
+  ledger.end_round([])
+  expected = [independent_epsilon(q, 1, params) for q in (0.01, 0.02, 0.04, 0.08, 0.16, 0.3)]
+  np.testing.assert_allclose(ledger.spent_by_client()["a"], expected, rtol=1e-12)
+  np.testing.assert_allclose(ledger.spent_by_client()["b"],
+                             [independent_epsilon(0.05, 1, params)], rtol=1e-12)
+  np.testing.assert_array_equal(ledger.current_rates("a"), rates["a"].reshape(-1))
+
+
+def test_effective_budget_above_own_is_refused_only_for_sampled_records():
+  """A record that can be sampled (q > 0) must not be held to an effective budget above
+  its own ε_ij (enforcing it would not protect the record's own budget); a record at
+  q = 0 never spends, so its budgets may differ. Own budgets may be matrices too.
+
+  Catches a refusal that never fires, fires for q = 0 records, or only for q > 1,
+  an error that names the wrong client or record, and a size check of own
+  budgets that miscounts the second client's records.
+  """
+  params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
+  budgets = {"a": np.array([[1.0, 1.0], [1.0, 1.0]]), "b": np.array([2.0, 2.0, 2.0])}
+  rates = {"a": np.array([[0.1, 0.1], [0.0, 0.1]]), "b": np.array([0.2, 0.2, 0.2])}
+  # a's third record (q = 0) has a lower own budget: allowed.
+  own = {"a": np.array([[1.0, 1.5], [0.5, 1.0]]), "b": np.array([2.0, 3.0, 2.0])}
+  ledger = RecordBudgetAccountant(budgets, rates, params, own_budgets=own)
+  np.testing.assert_array_equal(ledger.own_budgets, [1.0, 1.5, 0.5, 1.0, 2.0, 3.0, 2.0])
+  ledger.begin_round()
+  ledger.end_round([])
+  spent = ledger.spent()
+  m = ledger.metrics()
+  assert m["budget_used_max_vs_own"] == pytest.approx(max(spent / ledger.own_budgets))
+  bad = {"a": own["a"], "b": np.array([2.0, 3.0, 1.9])}
+  with pytest.raises(ValueError, match=r"client 'b', record 2: effective budget 2.0 exceeds"):
+    RecordBudgetAccountant(budgets, rates, params, own_budgets=bad)
+  # The offending record is the first of its client: the error still names it.
+  first = {"a": own["a"], "b": np.array([1.0, 3.0, 2.0])}
+  with pytest.raises(ValueError, match=r"client 'b', record 0: effective budget 2.0 exceeds"):
+    RecordBudgetAccountant(budgets, rates, params, own_budgets=first)
+  with pytest.raises(ValueError, match="client 'b': 2 own budgets but 3 rates"):
+    RecordBudgetAccountant(budgets, rates, params,
+                           own_budgets={"a": own["a"], "b": np.array([2.0, 2.0])})
+
+
+def test_a_ledger_without_records_accepts_empty_own_budgets():
+  """No clients, with own budgets given as an empty mapping: nothing spent, all zeros.
+
+  Catches concatenating an empty list of own budgets, or a stray placeholder record
+  (in the metrics or the checkpoint).
+  """
+  params = TwoStageParams(1.0, 5, 3, 0.5, 1e-3)
+  ledger = RecordBudgetAccountant({}, {}, params, own_budgets={})
+  assert ledger.own_budgets.shape == (0,) and ledger.budgets.shape == (0,)
+  ledger.begin_round()
+  ledger.end_round([])
+  assert ledger.metrics() == {name: 0 for name in RecordBudgetAccountant.METRIC_NAMES}
+  # No phantom record in the checkpoint either.
+  assert ledger.get_state() == {"charged": [], "active": [], "rounds_done": 1}

@@ -151,3 +151,117 @@ def test_expected_budget_is_the_distributions_mean():
   again = preferences.expected_budget(preferences.BoundedMixGauss())
   assert again == preferences.expected_budget(preferences.BoundedMixGauss())  # fixed seed
   assert preferences.class_budget_cutoff({0: 1.0, 1: float("inf")}) == 1.0
+
+
+def test_each_client_gets_its_own_records_rates_and_budgets():
+  """With three clients of different sizes, every client's arrays hold its own records.
+
+  The plan cuts flat per-record arrays back into clients; catches a cut that
+  starts a client at the wrong offset (its records would get another
+  client's budgets and rates, so a strict record could get a relaxed rate).
+  """
+  budgets = {"a": np.array([0.5, 4.0]), "b": np.array([1.0]), "c": np.array([2.0, 0.5, 8.0])}
+  plan = record_plan.make_record_plan("ours", budgets, PARAMS, 1.0, estimator="exact")
+  for cid, b in budgets.items():
+    np.testing.assert_array_equal(plan.budgets[cid], b)
+    np.testing.assert_array_equal(plan.own_budgets[cid], b)
+    assert plan.rates[cid].shape == b.shape
+    for budget, q in zip(b, plan.rates[cid]):
+      # dp-accounting's Theorem 1 value for this record's rate is within its budget.
+      assert rdp_two_stage.epsilon_reference(float(q), PARAMS) <= budget * (1 + 1e-9)
+  # Equal budgets in different clients get equal rates; a larger budget a larger rate.
+  assert plan.rates["a"][0] == plan.rates["c"][1]
+  assert plan.rates["a"][0] < plan.rates["b"][0] < plan.rates["c"][0] < plan.rates["a"][1]
+
+
+@pytest.mark.parametrize("estimator", ["scf", "binary_search", "exact"])
+def test_ours_uses_the_requested_estimator(estimator):
+  """``ours`` maps ε_ij to q_ij with the estimator the caller names (Minimum/Dropout use exact).
+
+  Catches a plan that ignores ``estimator`` (e.g. always solves exactly, so
+  the paper's SCF is never what runs) or loses the calibration summary.
+  """
+  from tff_idp.accounting.record import calibration as record_calibration
+  plan = record_plan.make_record_plan("ours", BUDGETS, PARAMS, 1.0, estimator=estimator)
+  direct = record_calibration.calibrate_record_rates(flat(BUDGETS), PARAMS, method=estimator)
+  np.testing.assert_array_equal(flat(plan.rates), direct.q)
+  assert plan.calibration["method"] == "ours"
+  assert plan.calibration["records"] == 7
+  assert ("r_squared" in plan.calibration) == (estimator == "scf")
+
+
+def test_plan_carries_the_method_and_mechanism_parameters():
+  """A plan states its method, σ, clipping norm and params; Minimum reports ε_min.
+
+  Catches a plan that drops the method name, the noise multiplier or the
+  clip norm it was given (the training run reads them from the plan).
+  """
+  for method in ("ours", "minimum", "dropout"):
+    plan = record_plan.make_record_plan(method, BUDGETS, PARAMS, 0.7)
+    assert plan.method == method
+    assert plan.noise_multiplier == PARAMS.noise_multiplier
+    assert plan.clip_norm == 0.7
+    assert plan.params == PARAMS
+    assert plan.calibration["method"] == method
+    assert ("epsilon_min" in plan.calibration) == (method == "minimum")
+  minimum = record_plan.make_record_plan("minimum", BUDGETS, PARAMS, 0.7)
+  assert minimum.calibration["epsilon_min"] == 0.5
+
+
+def test_single_record_plans():
+  """A dataset of one record gets a plan for every method (ε_min = ε_mod = its budget).
+
+  Catches reading ε_min or ε_mod from a second record that does not exist.
+  """
+  budgets = {"a": np.array([1.5])}
+  minimum = record_plan.make_record_plan("minimum", budgets, PARAMS, 1.0)
+  assert minimum.calibration["epsilon_min"] == 1.5
+  dropout = record_plan.make_record_plan("dropout", budgets, PARAMS, 1.0)
+  assert dropout.calibration["epsilon_mod"] == 1.5
+  assert dropout.calibration["dropped_records"] == 0
+  assert dropout.rates["a"][0] > 0
+  assert rdp_two_stage.epsilon_reference(float(dropout.rates["a"][0]), PARAMS) <= 1.5 * (1 + 1e-9)
+
+
+def test_dropout_keeps_records_whose_budget_equals_the_cutoff_and_counts_the_dropped():
+  """A record whose ε_ij equals ε_mod can afford ε_mod: it is kept; those below are dropped.
+
+  Catches a ``<=`` that drops records at the cutoff, a wrong dropped count,
+  and a cutoff check that refuses a valid ε_mod in (0, 1].
+  """
+  plan = record_plan.make_record_plan("dropout", BUDGETS, PARAMS, 1.0, dropout_cutoff=1.0)
+  own = flat(BUDGETS)
+  q = flat(plan.rates)
+  np.testing.assert_array_equal(q == 0, own < 1.0)
+  assert plan.calibration["dropped_records"] == 2
+  assert plan.calibration["epsilon_mod"] == 1.0
+  eps = np.array([rdp_two_stage.epsilon_reference(float(r), PARAMS) for r in q])
+  assert np.all(eps <= 1.0 * (1 + 1e-9))
+  assert np.all(eps[q > 0] >= 0.99)  # calibrated to ε_mod by the exact inverse
+  small = record_plan.make_record_plan("dropout", BUDGETS, PARAMS, 1.0, dropout_cutoff=0.5)
+  assert small.calibration["dropped_records"] == 0
+
+
+def test_privacy_free_rates_give_the_expected_batch():
+  """privacy_free: no noise, no clipping, and each client samples ``privacy_free_batch``
+  records per step in expectation (q = min(1, B/n)).
+
+  Catches a wrong rate (B·n, a rate above 1, a wrong floor on n), a plan
+  that claims noise or clipping, a lost summary, and a refused batch in (0, 1].
+  """
+  budgets = {"big": np.ones(40), "small": np.ones(3), "solo": np.ones(1)}
+  plan = record_plan.make_record_plan("privacy_free", budgets, PARAMS, 1.0,
+                                      privacy_free_batch=8)
+  assert plan.method == "privacy_free"
+  assert plan.budgets is None and plan.new_accountant() is None
+  assert plan.noise_multiplier == 0.0 and plan.clip_norm == float("inf")
+  assert plan.params == PARAMS
+  assert plan.calibration == {"method": "privacy_free", "expected_batch": 8}
+  assert plan.rates["big"].shape == (40,)
+  assert plan.rates["big"].sum() == pytest.approx(8.0)  # expected batch B
+  np.testing.assert_array_equal(plan.rates["small"], 1.0)  # n < B: every record, every step
+  np.testing.assert_array_equal(plan.rates["solo"], 1.0)
+  half = record_plan.make_record_plan("privacy_free", budgets, PARAMS, 1.0,
+                                      privacy_free_batch=0.5)
+  assert half.rates["solo"][0] == 0.5  # an expected batch of half a record
+  assert half.rates["big"].sum() == pytest.approx(0.5)

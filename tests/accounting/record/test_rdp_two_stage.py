@@ -387,3 +387,65 @@ def test_kl_cliff_is_taken_only_with_a_margin():
   for method in ("exact", "scf", "binary_search"):
     rate = float(calibrate_record_rates(np.array([0.1]), params, method=method).q[0])
     assert rdp_two_stage.epsilon_reference(rate, params) <= 0.1
+
+
+def balle_epsilon(rdp, delta):
+  """Balle et al. 2020 Prop. 12 without the KL shortcut, by hand over ORDERS."""
+  return max(0.0, min(r + math.log1p(-1.0 / a) - math.log(delta * a) / (a - 1.0)
+                      for a, r in zip(ORDERS, rdp)))
+
+
+def test_epsilon_just_below_the_kl_cliff_is_the_conversion_without_the_shortcut():
+  """Where dp-accounting's KL shortcut would read ε = 0 but ρ is within the margin of
+  δ², ε is the plain Prop. 12 conversion, computed here by hand, row by row.
+
+  Row ``cliff``: ρ = δ²/2 at every order (ε ≈ 0.006 without the shortcut). Row
+  ``mixed``: ρ = δ²/2 at α = 2 only (the shortcut fires there), 1 elsewhere
+  (ε ≈ 1.006). Catches a wrong conversion on that path (a sign, δ/α for δ·α,
+  a wrong 1/(α − 1), a floor other than 0) and a minimum taken over the
+  whole batch instead of each row.
+  """
+  delta = 1e-6
+  cliff = np.full(len(ORDERS), 0.5 * delta**2)
+  mixed = np.ones(len(ORDERS))
+  mixed[0] = 0.5 * delta**2
+  large = 3.0 * np.asarray(ORDERS, dtype=float) / (2 * 1.5**2)
+  for row in (cliff, mixed):
+    assert dp_rdp.compute_epsilon(ORDERS, row, delta)[0] == 0.0
+  eps = rdp_two_stage.rdp_to_epsilon(np.stack([cliff, mixed, large]), delta)
+  for got, row in zip(eps, (cliff, mixed, large)):
+    assert got == pytest.approx(balle_epsilon(row, delta), rel=1e-12)
+  assert 0.0 < eps[0] < 0.01 and 1.0 < eps[1] < 1.01
+  assert eps[2] == pytest.approx(dp_rdp.compute_epsilon(ORDERS, large, delta)[0], rel=1e-12)
+
+
+def test_epsilon_reference_uses_the_orders_it_is_given():
+  """With λ = 1 and dp-accounting's default orders, epsilon_reference is a fresh
+  RdpAccountant's ε for T·τ Poisson-subsampled Gaussian steps.
+
+  Catches an ``orders`` argument that is ignored (ORDERS has no fractional orders,
+  so its ε is larger here).
+  """
+  p = params(client_rate=1.0, noise_multiplier=0.7)
+  acc = dp_accounting.rdp.RdpAccountant()
+  acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+      0.05, dp_accounting.GaussianDpEvent(0.7)), p.local_steps * p.rounds))
+  ours = rdp_two_stage.epsilon_reference(0.05, p, orders=dp_rdp.DEFAULT_RDP_ORDERS)
+  assert ours == pytest.approx(acc.get_epsilon(p.delta), rel=1e-9)
+  assert rdp_two_stage.epsilon_reference(0.05, p) > ours * (1 + 1e-3)
+
+
+def test_kl_margin_inflates_rho():
+  """The KL shortcut (ε = 0) needs ρ·(1 + 1e-3) + 1e-12 < δ², not just ρ < δ²: at
+  ρ = δ²(1 − 5e-4) the plain shortcut would read 0, the margin gives the hand-computed
+  Prop. 12 ε (δ = 1e-4, where it is > 0).
+
+  Catches a margin applied in the wrong direction (ρ/(1 + m) or ρ(1 − m)), which
+  would take the shortcut on the unsafe side of the cliff.
+  """
+  delta = 1e-4
+  rho = np.full(len(ORDERS), delta**2 * (1 - 5e-4))
+  assert dp_rdp.compute_epsilon(ORDERS, rho, delta)[0] == 0.0
+  eps = rdp_two_stage.rdp_to_epsilon(rho, delta)
+  assert eps == pytest.approx(balle_epsilon(rho, delta), rel=1e-12)
+  assert eps > 1e-3

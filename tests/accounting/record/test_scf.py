@@ -188,3 +188,146 @@ def test_fit_rejects_a_curve_that_is_zero():
   p = TwoStageParams(50.0, 1, 1, 1.0, 0.5)
   with pytest.raises(ValueError, match="nothing to fit"):
     scf.fit_scf(p, np.array([1e-4, 2e-4, 3e-4, 4e-4, 5e-4]))
+
+
+# ---------------------------------------------------------------------------
+# Added for the mutation run (issue 32)
+# ---------------------------------------------------------------------------
+
+def test_default_grid_is_the_documented_pi():
+  """Π = 100 evenly spaced rates on [0.01, 1] plus 20 log-spaced ones on [1e-4, 1e-2).
+
+  Catches a grid that loses its small-q part (where the relative fit error is
+  largest), duplicates 0.01, or is not evenly spaced.
+  """
+  grid = scf.default_q_grid()
+  assert grid.size == 120 and np.all(np.diff(grid) > 0)
+  small, large = grid[:20], grid[20:]
+  assert small[0] == pytest.approx(1e-4, rel=1e-12) and small[-1] < 1e-2
+  np.testing.assert_allclose(np.diff(np.log(small)), math.log(10.0) / 10, rtol=1e-9)
+  assert large[0] == pytest.approx(0.01, rel=1e-12) and large[-1] == 1.0
+  np.testing.assert_allclose(np.diff(large), 0.01, rtol=1e-9)
+
+
+def test_fit_uses_the_given_grid():
+  """fit_scf simulates ε*(q) on the caller's Π, not on the default one.
+
+  Catches a q_grid that is dropped on the way to the simulation.
+  """
+  grid = np.linspace(0.05, 1.0, 20)
+  fit = scf.fit_scf(params(), grid)
+  np.testing.assert_array_equal(fit.q_grid, grid)
+  np.testing.assert_array_equal(fit.epsilon_grid, rdp_two_stage.epsilon(grid, params()))
+
+
+def test_three_positive_points_are_enough_to_fit():
+  """Three parameters need three points with ε > 0: a 4-point Π with ε*(0) = 0 is fitted.
+
+  Catches a threshold that demands a fourth positive point.
+  """
+  grid = np.array([0.0, 0.3, 0.6, 1.0])
+  fit = scf.fit_scf(params(), grid)
+  assert fit.a > 0 and np.all(np.isfinite([fit.a, fit.b, fit.c]))
+  eps = np.array([rdp_two_stage.epsilon_reference(q, params()) for q in grid])
+  # Three parameters for four points: within 15% of dp-accounting's ε*(q), R² > 0.99.
+  np.testing.assert_allclose(fit.predict(grid[1:]), eps[1:], rtol=0.15)
+  assert r_squared(fit.predict(grid), eps) > 0.99
+
+
+@pytest.mark.parametrize("overrides", [dict(noise_multiplier=8.0, local_steps=1, rounds=1),
+                                       dict(noise_multiplier=4.0, local_steps=1, rounds=5)])
+def test_small_epsilon_curves_fit_and_report_their_r_squared(overrides):
+  """Curves with ε*(1) ≈ 0.3 and 1.4 (scale e^b < 1, total variance < 1) fit well, and
+  R² is 1 − RSS/TSS recomputed here from the fitted curve.
+
+  Catches a fit that refuses scales e^b ≤ 1 or reports R² = 1 whenever the
+  total sum of squares is below 1.
+  """
+  fit = scf.fit_scf(params(**overrides))
+  q, eps = fit.q_grid, fit.epsilon_grid
+  pred = np.exp(fit.a * q + fit.b) + fit.c
+  assert fit.r_squared == pytest.approx(r_squared(pred, eps), rel=1e-12)
+  assert 0.99 < fit.r_squared < 1.0
+  # The projected optimum over a fine grid of a, solved here by least squares.
+  best = np.inf
+  for a in np.geomspace(scf.A_MIN, scf.A_MAX, 4000):
+    design = np.stack([np.exp(a * q), np.ones_like(q)], axis=1)
+    coef, *_ = np.linalg.lstsq(design, eps, rcond=None)
+    if coef[0] > 0:
+      best = min(best, float(np.sum((design @ coef - eps) ** 2)))
+  assert np.sum((pred - eps) ** 2) <= best * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(noise_multiplier=0.5),
+                                       dict(noise_multiplier=5.0, local_steps=1, rounds=3)])
+def test_fit_is_the_least_squares_optimum_of_the_family(overrides):
+  """No a on a fine grid (with its exact e^b, c) fits the simulated points better.
+
+  Catches a search over a that stops at the coarse grid or brackets the
+  wrong interval, and a polish step that is kept although it is worse.
+  """
+  fit = scf.fit_scf(params(**overrides))
+  q, eps = fit.q_grid, fit.epsilon_grid
+  ours = float(np.sum((fit.predict(q) - eps) ** 2))
+  best = np.inf
+  for a in np.geomspace(scf.A_MIN, scf.A_MAX, 4000):
+    design = np.stack([np.exp(a * q), np.ones_like(q)], axis=1)
+    coef, *_ = np.linalg.lstsq(design, eps, rcond=None)
+    if coef[0] > 0:
+      best = min(best, float(np.sum((design @ coef - eps) ** 2)))
+  assert ours <= best * (1 + 1e-6)
+
+
+def test_concave_curve_gets_an_increasing_member_of_the_family():
+  """On a concave curve (√q) the fit is the near-linear limit with e^b > 0, never a
+  decreasing-exponential shape −e^{aq} + c (which has no real b).
+
+  Catches a projection that accepts a negative scale e^b.
+  """
+  q = np.linspace(0.01, 1.0, 50)
+  a, b, c = scf._fit_exponential(q, np.sqrt(q))  # pylint: disable=protected-access
+  assert np.all(np.isfinite([a, b, c]))
+  assert a == pytest.approx(scf.A_MIN)
+
+
+def test_invert_on_a_hand_made_curve():
+  """F(ε) = (log(ε − c) − b)/a by hand for f(q) = e^q (a = 1, b = c = 0), ε*(1) = 5.
+
+  F(1) = 0 is no rate (NaN); F(2) = log 2; F(4) = log 4 > 1 (the curve is
+  below ε*(1) at q = 1) is clamped to 1; budgets at or above ε*(1) get 1.
+  Catches keeping q = 0 as a rate and a clamp above 1.
+  """
+  fit = scf.ScfFit(a=1.0, b=0.0, c=0.0, r_squared=1.0, epsilon_at_one=5.0,
+                   q_grid=np.zeros(0), epsilon_grid=np.zeros(0))
+  out = fit.invert(np.array([1.0, 2.0, 4.0, 5.0, 7.0]))
+  assert np.isnan(out[0])
+  assert out[1] == pytest.approx(math.log(2.0), rel=1e-15)
+  np.testing.assert_array_equal(out[2:], 1.0)
+  np.testing.assert_allclose(fit.predict(np.array([0.0, 1.0])), [1.0, math.e], rtol=1e-15)
+
+
+def test_fit_and_invert_emit_no_warnings():
+  """Fitting (including concave curves) and inverting out-of-range budgets are silent:
+  overflow in trial exponentials and log of negatives are expected there and handled.
+
+  Catches a removed warning filter or error-state guard.
+  """
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    for overrides in (dict(), dict(noise_multiplier=0.5),
+                      dict(noise_multiplier=0.3, client_rate=1.0)):
+      fit = scf.fit_scf(params(**overrides))
+      out = fit.invert(np.array([-1.0, 0.0, fit.c, fit.c - 1.0, 1.0]))
+      assert np.isnan(out[0])
+
+
+def test_r_squared_of_a_grid_with_one_repeated_rate_is_one():
+  """A Π of one repeated rate has no spread (TSS = 0); the exact fit reports R² = 1, not
+  NaN or a value outside [0, 1].
+
+  Catches dividing by a zero total sum of squares, and a wrong value for that case.
+  """
+  fit = scf.fit_scf(params(), np.full(4, 0.5))
+  assert fit.r_squared == 1.0
+  np.testing.assert_allclose(fit.predict(0.5), rdp_two_stage.epsilon_reference(0.5, params()),
+                             rtol=1e-9)
