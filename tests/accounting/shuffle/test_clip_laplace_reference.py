@@ -256,3 +256,32 @@ def test_debias_grid_and_inverse_validation():
       clap.invert_averaged_mean(0.5, good, eg)
   assert clap.invert_averaged_mean(0.5, good, np.array([0.0, 1.0, 3.0])) == 0.5
   assert clap.invert_averaged_mean(2.0, good, np.array([0.0, 1.0, 3.0])) == 1.5
+
+
+@pytest.mark.parametrize("eps", [0.05, 1.0, 20.0])
+def test_sampler_ends_and_median(eps):
+  """At u = 0 and u = 1 the inverse CDF lands on −C and +C for every input x (float
+  rounding there can step outside, which the final clip absorbs), and at u = ½ the draw
+  for x = 0 is the median 0 of the symmetric CLap(0).
+
+  Catches: a one-sided output clip (reports outside [−C, C] break the ε-LDP range), the
+  sign of the Laplace step divided instead of multiplied (0/0 at the median).
+  """
+  x = np.linspace(-C, C, 401)
+  lo = clap.sample(x, eps, C, np.zeros_like(x))
+  hi = clap.sample(x, eps, C, np.ones_like(x))
+  assert np.all(lo >= -C) and np.all(hi <= C)
+  np.testing.assert_allclose(lo, -C, atol=1e-12)
+  np.testing.assert_allclose(hi, C, atol=1e-12)
+  assert clap.sample(0.0, eps, C, 0.5) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_inverse_on_the_smallest_grid():
+  """A 2-point grid is a valid (linear) inverse: Ē(±C) map back to ±C, the midpoint value
+  to the interpolated u.
+
+  Catches: a size check that refuses 2-point grids.
+  """
+  u, e = clap.debias_grid([0.5, 1.0], C, points=2)
+  np.testing.assert_allclose(clap.invert_averaged_mean(e, u, e), [-C, C], rtol=1e-15)
+  assert clap.invert_averaged_mean(e.mean(), u, e) == pytest.approx(0.0, abs=1e-15)
