@@ -204,7 +204,8 @@ def test_numeric_generalized_count_and_target():
   """``numeric`` with a given clone count and target ε: the smallest ε at which that count's
   reduction with α(target) is ≤ δ (summed here); never above the target.
 
-  Catches: the count or the target ignored (ε0's binomial or α used instead).
+  Catches: the count or the target ignored (ε0's binomial or α used instead), the search
+  not run on [0, target] with the given number of halvings.
   """
   from tff_idp.accounting.shuffle import reduction
   probs = np.linspace(0.2, 0.6, 299)
@@ -216,6 +217,13 @@ def test_numeric_generalized_count_and_target():
   assert _clone_delta(pmf, 0.7, got) <= 1e-3 * (1 + 1e-9)
   assert _clone_delta(pmf, 0.7, got - 1e-6) > 1e-3
   assert got < 0.7
+  # ``iterations`` halvings of [0, target]: 4 give a multiple of 0.7/16 that certifies δ,
+  # one grid step less does not.
+  coarse = fmt22.numeric(300, 2.0, 1e-3, count=count, target_epsilon=0.7, iterations=4)
+  assert coarse / (0.7 / 16) == pytest.approx(round(coarse / (0.7 / 16)), abs=1e-9)
+  assert _clone_delta(pmf, 0.7, coarse) <= 1e-3 < _clone_delta(pmf, 0.7, coarse - 0.7 / 16)
+  assert fmt22.numeric(300, 0.7, 1e-3, iterations=4) / (0.7 / 16) == pytest.approx(
+      round(fmt22.numeric(300, 0.7, 1e-3, iterations=4) / (0.7 / 16)), abs=1e-9)
 
 
 @pytest.mark.parametrize("args,match", [

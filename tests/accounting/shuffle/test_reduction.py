@@ -169,6 +169,10 @@ def test_poisson_binomial_edges():
   with pytest.raises(ValueError):
     reduction.binomial_count(3, -0.1)
   assert reduction.binomial_count(0, 0.3).pmf.tolist() == [1.0]
+  none = reduction.binomial_count(5, 0.0)  # every other report a non-clone
+  assert none.offset == 0 and none.pmf.tolist() == [1.0] and none.tail_mass == 0.0
+  every = reduction.binomial_count(5, 1.0)
+  assert every.offset == 5 and every.pmf.tolist() == [1.0] and every.tail_mass == 0.0
 
 
 def test_pair_divergence_zero_at_and_above_the_pair_epsilon():
