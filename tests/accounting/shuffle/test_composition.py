@@ -208,11 +208,12 @@ def test_advanced_formula_by_hand():
   assert t.epsilon == pytest.approx(by_hand, rel=1e-9)
   assert t.delta == pytest.approx(6e-5, rel=1e-12) and t.method == "advanced"
   edge = comp.advanced(eps, delta, k, delta_total=k * delta)  # δ′ = 0 exactly
-  assert edge.epsilon == math.inf and not edge.feasible and edge.delta == k * delta
+  assert edge.epsilon == math.inf and edge.feasible is False and edge.delta == k * delta
+  assert edge.k == k and edge.method == "advanced"
   assert "spent" in edge.reason
   with pytest.raises(ValueError, match="exactly one"):
     comp.advanced(eps, delta, k, delta_prime=1e-5, delta_total=6e-5)
-  with pytest.raises(ValueError, match="delta_prime"):
+  with pytest.raises(ValueError, match=r"^delta_prime=1\.0 must"):
     comp.advanced(eps, delta, k, delta_prime=1.0)
 
 
