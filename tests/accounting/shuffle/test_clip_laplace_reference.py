@@ -285,3 +285,15 @@ def test_inverse_on_the_smallest_grid():
   u, e = clap.debias_grid([0.5, 1.0], C, points=2)
   np.testing.assert_allclose(clap.invert_averaged_mean(e, u, e), [-C, C], rtol=1e-15)
   assert clap.invert_averaged_mean(e.mean(), u, e) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_averaged_mean_of_one_budget_is_its_mean():
+  """A population of one budget averages to that budget's Eq. (1) mean (by hand here).
+
+  Catches: a single budget refused as if empty.
+  """
+  x, eps = 0.05, 0.5
+  lam = 2 * C / eps
+  e1, e2 = np.exp((-C - x) / lam), np.exp((-C + x) / lam)
+  eq1 = ((C + lam) * (e1 - e2) + 2 * x) / (2 - e1 - e2)
+  assert clap.averaged_mean(x, [eps], C) == pytest.approx(eq1, rel=1e-12)
