@@ -117,6 +117,16 @@ def test_trim_degenerate_keeps_the_mode():
   assert cc.tail_mass == pytest.approx(0.19)
 
 
+def test_trim_drops_a_tail_of_exactly_the_allowed_mass():
+  """A tail whose mass equals tail/2 may be dropped ("mass ≤ tol"): Bin(2, ½) with
+  tail ½ drops c = 0 and c = 2 (¼ each), keeps c = 1 and records ½.
+
+  Catches: a strict comparison at the tolerance (``searchsorted`` on the left side).
+  """
+  cc = reduction.binomial_count(2, 0.5, tail=0.5)
+  assert cc.offset == 1 and cc.pmf.tolist() == [0.5] and cc.tail_mass == 0.5
+
+
 def test_clone_count_support_and_mean():
   """``support`` starts at ``offset``; ``mean`` is the mean of the kept pmf, renormalised.
 
@@ -159,6 +169,8 @@ def test_poisson_binomial_edges():
   """
   e = reduction.poisson_binomial_count([])
   assert e.offset == 0 and e.pmf.tolist() == [1.0] and e.tail_mass == 0.0
+  one = reduction.poisson_binomial_count([0.25])
+  assert one.offset == 0 and one.pmf.tolist() == [0.75, 0.25] and one.tail_mass == 0.0
   cc = reduction.poisson_binomial_count([1.0, 0.0, 1.0, 0.5])
   assert cc.support.tolist() == [2, 3] and cc.pmf.tolist() == [0.5, 0.5]
   for bad in ([-0.1], [np.nan], [np.inf]):
