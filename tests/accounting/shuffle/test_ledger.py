@@ -307,6 +307,10 @@ def test_sapes_top_b_is_not_amplified_and_composes_d(homogeneous):
   assert d["epsilon_ul_published"] == [2.0, 2.0] and d["epsilon_ul"] == [10.0, 10.0]
   c = led.cumulative(2)
   assert c.user_level.k == 2 * D_SMALL and c.user_level_paper.k == 8
+  # After 2 rounds the paper's column still composes the claimed per-coordinate ε^c.
+  assert c.user_level_paper.epsilon == pytest.approx(
+      _advanced(homogeneous.epsilon_c, DS, 8, UD - 8 * DS), rel=1e-12)
+  _assert_smallest(lambda x: _composed_delta(1.0, 0.0, 2 * D_SMALL, x), c.user_level.epsilon, UD)
 
 
 def test_two_budget_levels_against_independent_numbers():
