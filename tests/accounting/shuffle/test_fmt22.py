@@ -241,3 +241,19 @@ def test_more_errors(args, match):
     fmt22.eq2(*args)
   with pytest.raises(ValueError, match=match):
     fmt22.closed_form_valid(*args)
+
+
+def test_eq2_by_hand_and_valid_edges():
+  """Eq. (2) of the APES paper: ln(1 + (e^ε−1)/(e^ε+1)·(8√(e^ε ln(4/δ))/√n + 8e^ε/n)), by hand
+  at a point off the notes' table; n = 2 and δ just below 1 are valid inputs.
+
+  Catches: a wrong constant or power in Eq. (2), a settings check that refuses n = 2.
+  """
+  n, e, d = 3000, 0.7, 1e-5
+  em = math.exp(e)
+  want = math.log(1 + (em - 1) / (em + 1) * (8 * math.sqrt(em * math.log(4 / d)) / math.sqrt(n)
+                                              + 8 * em / n))
+  assert fmt22.eq2(n, e, d) == pytest.approx(want, rel=1e-13)
+  assert fmt22.eq2(2, 0.1, 0.999) > 0
+  assert 0 < fmt22.numeric(2, 0.5, 0.3) <= 0.5
+  assert isinstance(fmt22.closed_form(1000, 3.0, 1e-8), float)
