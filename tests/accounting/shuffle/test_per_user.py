@@ -267,3 +267,25 @@ def test_more_errors(bad):
     per_user.bound(bad, 0, 1e-6)
   with pytest.raises(ValueError, match="delta"):
     per_user.group_bound([1.0, 1.0], 1.0, 1.0)
+
+
+def test_iterations_are_halvings_of_zero_to_the_target():
+  """``iterations`` is the number of halvings of [0, ε_target]: with 4 the per-user, group and
+  population answers are multiples of ε_target/16 that certify δ (summed here), and one grid
+  step less does not.
+
+  Catches: the caller's ``iterations`` not passed on (the default 40 used instead).
+  """
+  def on_grid(eps, top):
+    return eps / (top / 16) == pytest.approx(round(eps / (top / 16)), abs=1e-9)
+
+  b = per_user.bound(SMALL, 150, 1e-4, iterations=4)
+  probs = _exact_p(np.delete(SMALL, 150), 0.8)
+  assert on_grid(b.epsilon, 0.8)
+  assert _clone_delta(probs, 0.8, b.epsilon) <= 1e-4 < _clone_delta(probs, 0.8, b.epsilon - 0.05)
+  g = per_user.group_bound(SMALL, 1.5, 1e-4, iterations=4)
+  assert on_grid(g.epsilon, 1.5)
+  distinct = per_user.population_bound(SMALL, 1e-4, iterations=4)
+  assert all(on_grid(lv[3], lv[1]) for lv in distinct.levels)
+  grouped = per_user.population_bound(SMALL, 1e-4, max_levels=2, iterations=4)
+  assert all(on_grid(lv[3], lv[1]) for lv in grouped.levels)
