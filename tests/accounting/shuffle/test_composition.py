@@ -140,16 +140,19 @@ def test_exact_zero_cases():
 
 
 def test_exact_spent_boundary():
-  """The budget is spent iff 1−(1−δ)^k ≥ δ_total (then ε = ∞, infeasible); just below,
-  a finite ε is returned.
+  """The budget is spent iff 1−(1−δ)^k ≥ δ_total, the tie included (then ε = ∞,
+  infeasible, with k and the method kept); just below, a finite ε is returned.
 
   Catches: ``>`` for ``>=`` at the boundary, k·δ instead of 1−(1−δ)^k.
   """
   delta, k = 1e-3, 10
   spent = 1.0 - (1.0 - delta)**k  # 0.009955 < k·δ = 0.01
   over = comp.exact(0.1, delta, k, spent * (1 - 1e-9))
-  assert over.epsilon == math.inf and not over.feasible and "spent" in over.reason
-  assert over.delta == pytest.approx(spent * (1 - 1e-9))
+  assert over.epsilon == math.inf and over.feasible is False and "spent" in over.reason
+  assert over.delta == pytest.approx(spent * (1 - 1e-9)) and over.k == k
+  assert over.method == "exact"
+  tie = comp.exact(0.1, delta, k, -math.expm1(k * math.log1p(-delta)))  # = 1−(1−δ)^k
+  assert tie.epsilon == math.inf and tie.feasible is False
   ok = comp.exact(0.1, delta, k, 0.00999)  # between 1−(1−δ)^k and k·δ
   assert ok.feasible and math.isfinite(ok.epsilon)
   assert _kov_delta(0.1, delta, k, ok.epsilon) <= 0.00999 * (1 + 1e-9)
