@@ -134,9 +134,11 @@ def test_exact_zero_cases():
   """
   r = comp.exact(0.0, 1e-6, 5, 1e-3)
   assert r.epsilon == 0.0 and r.feasible and r.k == 5
+  assert r.delta == 1e-3 and r.method == "exact"
   assert _kov_delta(1e-4, 0.0, 4, 0.0) <= 0.5
   z = comp.exact(1e-4, 0.0, 4, 0.5)
   assert z.epsilon == 0.0 and z.feasible and z.delta == 0.5
+  assert z.k == 4 and z.method == "exact"
 
 
 def test_exact_spent_boundary():
