@@ -191,7 +191,8 @@ def test_pld_matches_fresh_accountant_and_rounds():
   assert coarse.epsilon != r.epsilon
   assert comp.pld(0.3, 1e-3, 10, 0.0296, rounds=3).feasible  # 1−(1−1e-3)^30 = 0.02955
   gone = comp.pld(0.3, 1e-3, 10, 0.0295, rounds=3)
-  assert gone.epsilon == math.inf and not gone.feasible and gone.k == 30
+  assert gone.epsilon == math.inf and gone.feasible is False and gone.k == 30
+  assert gone.delta == 0.0295 and gone.method == "pld"
   assert "spent" in gone.reason
   with pytest.raises(ValueError, match="rounds"):
     comp.pld(0.3, 1e-7, 20, 1e-4, rounds=0)
