@@ -115,6 +115,9 @@ def test_trim_degenerate_keeps_the_mode():
   cc = reduction.binomial_count(2, 0.9, tail=1.9)
   assert cc.offset == 2 and cc.pmf.tolist() == pytest.approx([0.81])
   assert cc.tail_mass == pytest.approx(0.19)
+  mid = reduction.binomial_count(3, 0.5, tail=1.9)  # pmf ⅛ ⅜ ⅜ ⅛: the first mode, c = 1
+  assert mid.offset == 1 and mid.pmf.tolist() == pytest.approx([0.375])
+  assert mid.tail_mass == pytest.approx(0.625)
 
 
 def test_trim_drops_a_tail_of_exactly_the_allowed_mass():
@@ -161,6 +164,20 @@ def test_poisson_binomial_trims_its_window_and_charges_the_tails():
   outside = ref[:cc.offset].sum() + ref[cc.offset + cc.pmf.size:].sum()
   assert 0.0 < outside <= cc.tail_mass * (1 + 1e-6) and cc.tail_mass <= 1e-12
   assert cc.pmf.sum() + cc.tail_mass == pytest.approx(1.0, abs=1e-13)
+
+
+def test_poisson_binomial_final_trim_is_charged():
+  """Below ``trim_every`` users only the final trim runs; the mass it drops (2·(1+20)/2^20
+  here, from the binomial pmf by hand) is recorded as ``tail_mass``, and pmf + tail sum to 1.
+
+  Catches: the final trim's mass subtracted or lost (δ under-charged).
+  """
+  cc = reduction.poisson_binomial_count(np.full(20, 0.5), tail=1e-4)
+  ref = stats.binom.pmf(np.arange(21), 20, 0.5)
+  outside = ref[:cc.offset].sum() + ref[cc.offset + cc.pmf.size:].sum()
+  assert cc.offset == 2 and cc.pmf.size == 17
+  assert cc.tail_mass == pytest.approx(outside, rel=1e-12) and outside == pytest.approx(42 / 2**20)
+  assert cc.pmf.sum() + cc.tail_mass == pytest.approx(1.0, abs=1e-15)
 
 
 def test_poisson_binomial_edges():
