@@ -413,3 +413,21 @@ def test_more_errors(kwargs, match):
   args.update(kwargs)
   with pytest.raises(ValueError, match=match):
     L.ApesLedger(**args)
+
+
+def test_max_levels_is_passed_to_the_population_bound():
+  """With ``max_levels=1`` the per-user bound groups all 300 users (budgets 0.3, 0.8, 1.5)
+  into one level bounded at ε_hi = 1.5 with every user's clone probability q_j =
+  a(ε_j)b(1.5)e^{−ε_j} except the largest (summed here); ε^c is that level's.
+
+  Catches: the ledger's ``max_levels`` ignored (three exact levels reported instead).
+  """
+  e = np.r_[np.full(150, 0.3), np.full(100, 0.8), np.full(50, 1.5)]
+  r = L.ApesLedger(e, D_SMALL, DS, UD, max_levels=1, include_pld=False).round_account()
+  (lv,) = r.levels
+  assert (lv["epsilon_lo"], lv["epsilon_hi"], lv["users"]) == (0.3, 1.5, 300)
+  q = np.sort(_clone_probs(e, 1.5))[:-1]
+  _assert_smallest(lambda x: _clone_delta(q, 1.5, x), r.epsilon_c, DS)
+  assert lv["epsilon_c"] == r.epsilon_c
+  assert len(L.ApesLedger(e, D_SMALL, DS, UD, max_levels=2,
+                          include_pld=False).round_account().levels) == 2
