@@ -431,3 +431,19 @@ def test_max_levels_is_passed_to_the_population_bound():
   assert lv["epsilon_c"] == r.epsilon_c
   assert len(L.ApesLedger(e, D_SMALL, DS, UD, max_levels=2,
                           include_pld=False).round_account().levels) == 2
+
+
+def test_fmt22_max_without_gain_is_plain_ldp():
+  """UniS with two users at ε = 1 and δ_s = 1e-9: FMT22 (exact reduction, n ≤ 100) gives
+  no gain, so the round is plain LDP: ε^c = ε_max, δ^c = 0, not amplified, and the reason
+  names both the missing gain and the empty published loop; the user level is then the
+  pure d-fold composition (by hand).
+
+  Catches: a no-gain bound reported as amplified (with δ^c = tanh(ε/2)·δ_s), δ^c ≠ 0 for
+  plain LDP, a threshold above ε_max.
+  """
+  r = L.ApesLedger([1.0, 1.0], D_SMALL, 1e-9, UD, bound="fmt22_max",
+                   include_pld=False).round_account()
+  assert not r.amplified and r.epsilon_c == 1.0 and r.delta_c == 0.0
+  assert "gives no gain" in r.reason and "blocked loop is empty" in r.reason
+  _assert_smallest(lambda x: _composed_delta(1.0, 0.0, D_SMALL, x), r.user_level.epsilon, UD)
