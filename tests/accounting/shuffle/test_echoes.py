@@ -1,5 +1,7 @@
 """Echo probabilities (Lemma 4, exact infimum) and EoN's O(n log n) sums; notes §2.6, §3.3."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -83,3 +85,80 @@ def test_errors():
     echoes.column([0.5, 1.0], 2)
   with pytest.raises(ValueError, match="form"):
     echoes.column([0.5, 1.0], 0, form="avg")
+
+
+def _p(eo: float, et: float) -> float:
+  """Lemma 4 written out: ε_o/(1−e^{−ε_o}) · (1−e^{−ε_t})/ε_t · e^{−max(ε_o, ε_t)}."""
+  return eo / (1 - math.exp(-eo)) * (1 - math.exp(-et)) / et * math.exp(-max(eo, et))
+
+
+@pytest.mark.parametrize("e", [[0.3, 1.2, 0.3, 0.7], [2.0, 0.1], [0.5, 0.5, 0.5],
+                               [0.2, 0.9, 0.9, 0.4, 0.05]])
+def test_eon_sums_by_hand(e):
+  """EoN's S = Σ_{i≠i*} Σ_j p_ij / n and Σ (p_ij/n)(1 − p_ij/n), i* the first argmax,
+  summed here with explicit loops over Lemma 4.
+
+  Catches: the target row kept or another row dropped, the 1/n or 1/n² scaling, the
+  prefix/suffix split of the O(n log n) sums off by one at ties.
+  """
+  n = len(e)
+  istar = int(np.argmax(e))
+  pairs = [_p(e[i], e[j]) / n for i in range(n) if i != istar for j in range(n)]
+  got = echoes.eon_sums(e)
+  assert got.n == n and got.target_index == istar
+  assert got.mean == pytest.approx(sum(pairs), rel=1e-12)
+  assert got.variance == pytest.approx(sum(q * (1 - q) for q in pairs), rel=1e-12)
+  quad = echoes.eon_sums_quadratic(e)
+  assert quad.mean == pytest.approx(sum(pairs), rel=1e-12)
+  assert quad.variance == pytest.approx(sum(q * (1 - q) for q in pairs), rel=1e-12)
+  assert quad.n == n and quad.target_index == istar
+
+
+def test_factors_and_probabilities_by_hand():
+  """a(ε) = ε/(1−e^{−ε}), b = 1/a, Lemma 4 with e^{−max}, the exact infimum with e^{−ε_o}
+  (both broadcast), and the Lemma 4 matrix's orientation (row = other user).
+
+  Catches: a and b swapped, max for the other's ε in the exact form (under-counts clones
+  for a larger target ε), a transposed matrix.
+  """
+  assert echoes.a_factor(1.0) == pytest.approx(1 / (1 - math.exp(-1)), rel=1e-14)
+  assert echoes.b_factor(2.0) == pytest.approx((1 - math.exp(-2)) / 2, rel=1e-14)
+  assert echoes.lemma4(0.3, 1.5) == pytest.approx(_p(0.3, 1.5), rel=1e-14)
+  assert echoes.lemma4(1.5, 0.3) == pytest.approx(_p(1.5, 0.3), rel=1e-14)
+  want = 0.3 / (1 - math.exp(-0.3)) * (1 - math.exp(-1.5)) / 1.5 * math.exp(-0.3)
+  assert echoes.exact_clone_probability(0.3, 1.5) == pytest.approx(want, rel=1e-14)
+  got = echoes.exact_clone_probability(np.array([0.3, 1.0])[:, None], np.array([1.5, 0.2]))
+  assert got.shape == (2, 2) and got[0, 0] == pytest.approx(want, rel=1e-14)
+  m = echoes.lemma4_matrix([0.1, 2.0])
+  assert m[0, 1] == pytest.approx(_p(0.1, 2.0), rel=1e-14)
+  assert m[1, 0] == pytest.approx(_p(2.0, 0.1), rel=1e-14)
+
+
+def test_column_by_hand():
+  """``column`` lists p_{j,u} for every j ≠ u (order kept), with Σp and Σp(1−p).
+
+  Catches: the target left in its own column, the lemma4 and exact forms swapped, a
+  negative index accepted.
+  """
+  e = [0.4, 1.0, 2.5]
+  col = echoes.column(e, 1)
+  want = [echoes.exact_clone_probability(0.4, 1.0), echoes.exact_clone_probability(2.5, 1.0)]
+  np.testing.assert_allclose(col.probabilities, want, rtol=1e-14)
+  assert col.total == pytest.approx(sum(want), rel=1e-14)
+  assert col.variance == pytest.approx(sum(p * (1 - p) for p in want), rel=1e-14)
+  lem = echoes.column(e, 1, "lemma4")
+  np.testing.assert_allclose(lem.probabilities, [_p(0.4, 1.0), _p(2.5, 1.0)], rtol=1e-14)
+  with pytest.raises(ValueError, match="out of range"):
+    echoes.column(e, -1)
+  assert echoes.column(e, 2).probabilities.size == 2
+
+
+@pytest.mark.parametrize("bad", [[1.0, np.nan], [1.0, np.inf], [-0.5]])
+def test_bad_budgets(bad):
+  """Non-finite or negative budgets are refused by every entry point.
+
+  Catches: a weakened budget check.
+  """
+  for fn in (echoes.a_factor, echoes.b_factor, echoes.eon_sums, echoes.lemma4_matrix):
+    with pytest.raises(ValueError, match="finite and > 0"):
+      fn(bad)

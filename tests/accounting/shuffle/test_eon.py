@@ -1,9 +1,12 @@
 """EoN as published (Thm 4 and the tables' numeric procedure); notes §2.6."""
+import math
+
 import numpy as np
 import pytest
 
 from tff_idp.accounting.shuffle import clip_laplace_reference as clap
 from tff_idp.accounting.shuffle import eon
+from tff_idp.accounting.shuffle import fmt22
 
 N = 10_000
 DELTA = 1e-8
@@ -49,3 +52,52 @@ def test_closed_form_has_the_square_root():
   s, em = 3678.4265, 1.0
   root = np.log(1 + np.tanh(em / 2) * (8 * np.sqrt(np.log(4 / DELTA) / s) + 8 / s))
   assert eon.closed_form(s, em, DELTA) == pytest.approx(root, rel=1e-14)
+
+
+def test_threshold_closed_form_and_delta_by_hand():
+  """Thm 4: threshold 16 ln(4/δ_s); at S equal to it the bound applies (≥), below it the
+  local ε*; ε^c = ln(1 + tanh(ε*/2)(8√(ln(4/δ)/S) + 8/S)); δ^c = (e^{ε*}−1)/(e^{ε*}+1)·δ_s.
+
+  Catches: ``>`` for ``≥`` at the threshold, a wrong constant, tanh(ε*) for tanh(ε*/2).
+  """
+  d = 1e-4
+  t = 16 * math.log(4 / d)
+  assert eon.threshold(d) == pytest.approx(t, rel=1e-14)
+  em = 0.8
+  r = (math.exp(em) - 1) / (math.exp(em) + 1)
+  at = math.log(1 + r * (8 * math.sqrt(math.log(4 / d) / t) + 8 / t))
+  assert eon.closed_form(t, em, d) == pytest.approx(at, rel=1e-12)
+  assert eon.closed_form(math.nextafter(t, 0.0), em, d) == em
+  assert eon.delta_c(em, d) == pytest.approx(r * d, rel=1e-14)
+  for bad in (0.0, 1.0):
+    with pytest.raises(ValueError, match="delta"):
+      eon.threshold(bad)
+
+
+def test_bound_fields_small_population():
+  """For n = 2000 users at ε = 1 (S = 1999·e^{−1}, above the threshold at δ = 1e-4):
+  S and its variance term by hand, δ^c = tanh(½)·δ, the numeric ε^c below the closed form,
+  and close to Apple's blocked FMT22 loop at ε_max (the same procedure with a Binomial
+  count; the Normal approximation moves it by well under 1%: 0.16% here).
+
+  Catches: S or the variance wrong in the result, δ^c not scaled, the numeric search
+  started elsewhere or run on a mis-specified Normal count.
+  """
+  n, d = 2000, 1e-4
+  r = eon.bound(np.ones(n), d)
+  p = math.exp(-1.0)
+  assert r.amplified and r.epsilon_max == 1.0
+  assert r.s == pytest.approx((n - 1) * p, rel=1e-12)
+  assert r.variance == pytest.approx((n - 1) * n * (p / n) * (1 - p / n), rel=1e-12)
+  assert r.delta_c == pytest.approx(math.tanh(0.5) * d, rel=1e-14)
+  assert r.epsilon_closed_form == pytest.approx(
+      math.log(1 + math.tanh(0.5) * (8 * math.sqrt(math.log(4 / d) / r.s) + 8 / r.s)),
+      rel=1e-12)
+  assert 0.0 < r.epsilon_numeric < r.epsilon_closed_form < 1.0
+  assert r.epsilon_numeric == eon.numeric(np.ones(n), d)
+  apple = fmt22.numeric_apple(n, 1.0, d, num_iterations=20, fix_typo=False)
+  assert r.epsilon_numeric == pytest.approx(apple, rel=0.01)
+  exact = fmt22.numeric(n, 1.0, d)
+  assert r.epsilon_numeric > exact * 0.9
+  below = eon.bound(np.ones(n), 1e-300)  # threshold 16 ln(4e300) ≈ 11074 > S
+  assert not below.amplified and below.delta_c == 0.0 and below.epsilon_numeric == 1.0

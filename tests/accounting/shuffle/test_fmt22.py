@@ -1,5 +1,10 @@
 """FMT22 closed form, Eq. (2) and numerical bounds; notes §2.3, §2.6, §2.8 D4."""
+import math
+from typing import Sequence
+
+import numpy as np
 import pytest
+from scipy import stats
 
 from tff_idp.accounting.shuffle import fmt22
 
@@ -67,3 +72,188 @@ def test_errors():
     fmt22.eq2(100, 1.0, 1.0)
   with pytest.raises(ValueError, match="loop"):
     fmt22.numeric_apple(100, 1.0, 1e-8, loop="mid")
+
+
+# --- Small n against the clone reduction summed here ---------------------------------------
+
+
+def _pair(c: int, eps: float, alpha: float):
+  """(D_{e^ε}(P_c‖Q_c), D_{e^ε}(Q_c‖P_c)) from the two shifted Bin(c, ½) pmfs."""
+  k = np.arange(c + 2)
+  b, bm = stats.binom.pmf(k, c, 0.5), stats.binom.pmf(k - 1, c, 0.5)
+  p = alpha * bm + (1 - alpha) * b
+  q = (1 - alpha) * bm + alpha * b
+  return (float(np.maximum(p - math.exp(eps) * q, 0).sum()),
+          float(np.maximum(q - math.exp(eps) * p, 0).sum()))
+
+
+def _clone_delta(pmf: Sequence[float], eps_target: float, eps: float) -> float:
+  """Σ_c pmf[c]·D_{e^ε}(P_c‖Q_c): the exact δ(ε) of the clone reduction (terms with
+  pmf[c] < 1e-18 skipped: together they move δ by < 1e-15)."""
+  alpha = math.exp(eps_target) / (1 + math.exp(eps_target))
+  return sum(w * _pair(c, eps, alpha)[0] for c, w in enumerate(pmf) if w > 1e-18)
+
+
+def _alpha(eps0: float) -> float:
+  return math.exp(eps0) / (1 + math.exp(eps0))
+
+
+@pytest.mark.parametrize("c", [0, 1, 5, 40])
+@pytest.mark.parametrize("eps", [0.0, 0.3, 0.9])
+def test_onestep_is_the_pair_divergence(c, eps):
+  """Apple's ``onestep`` (CDF cut-off form) equals both hockey-stick divergences summed
+  over the two shifted Bin(c, ½) pmfs, for ε below the pair's ε0 = 1.
+
+  Catches: a wrong cut-off β(c+1), α and 1−α swapped in P or Q, the Q‖P side computed
+  from the P‖Q terms.
+  """
+  a = _alpha(1.0)
+  pq, qp = _pair(c, eps, a)
+  assert fmt22.onestep(c, eps, a, True) == pytest.approx(pq, rel=1e-9, abs=1e-15)
+  assert fmt22.onestep(c, eps, a, False) == pytest.approx(qp, rel=1e-9, abs=1e-15)
+
+
+def test_binary_search_by_hand():
+  """The reference bisection halves [0, eps_upper] ``num_iterations`` times keeping δ < δ
+  target at the upper end: δ(ε) = e^{−ε}, target e^{−0.3}, 3 halvings → 0.375
+  (0.5 ok, 0.25 not, 0.375 ok); 30 halvings land within 2^-30 above 0.3.
+
+  Catches: the halves swapped, the lower end returned, iterations off by one.
+  """
+  fn = lambda e: math.exp(-e)
+  assert fmt22.binary_search(fn, math.exp(-0.3), 3, 1.0) == 0.375
+  got = fmt22.binary_search(fn, math.exp(-0.3), 30, 1.0)
+  assert 0.3 <= got <= 0.3 + 2**-30
+  assert fmt22.binary_search(fn, math.exp(-0.3), 0, 0.7) == 0.7
+
+
+def test_closed_form_regime_boundary():
+  """FMT22's regime is ε0 ≤ ln(n/(16 ln(4/δ))), boundary included.
+
+  Catches: ``<`` for ``≤`` at the edge, a constant other than 16 or 4.
+  """
+  n, d = 5000, 1e-6
+  edge = math.log(n / (16 * math.log(4 / d)))
+  assert fmt22.closed_form_valid(n, edge, d)
+  assert not fmt22.closed_form_valid(n, math.nextafter(edge, 10.0), d)
+  assert fmt22.closed_form_valid(n, edge * (1 - 1e-9), d)
+  assert fmt22.closed_form(n, math.nextafter(edge, 10.0), d) == math.nextafter(edge, 10.0)
+  a = 8 * math.sqrt(math.exp(edge) * math.log(4 / d) / n)
+  c = 8 * math.exp(edge) / n
+  e = math.log(1 + a + c)
+  assert fmt22.closed_form(n, edge, d) == pytest.approx(
+      math.log(1 + (1 - math.exp(-edge)) / (1 + math.exp(-edge - e)) * (a + c)), rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [1000, 999])
+def test_blocked_loops_over_approximate_the_exact_delta(n):
+  """Apple's blocked δ(ε) (both block layouts, n even and odd) is ≥ the exact clone
+  reduction δ(ε) summed here, and its ``upper_bound=False`` form is ≤ it; with a small
+  ``delta_upper`` it stops at that value.
+
+  Catches: block endpoints charged with the smaller divergence (an under-estimate), a
+  block's mass miscounted, the unexplored mass not added, the early-stop value wrong.
+  """
+  eps0, p = 1.0, math.exp(-1.0)
+  a = _alpha(eps0)
+  binom = stats.binom(n - 1, p)
+  pmf = binom.pmf(np.arange(n))
+  mass = lambda lo, hi: float(binom.cdf(hi) - binom.cdf(lo) + binom.pmf(lo))
+  for eps in (0.05, 0.12, 0.3):
+    exact = _clone_delta(pmf, eps0, eps)
+    up = fmt22.apple_deltacomp(n, (n - 1) * p, mass, a, eps, 1.0, 100)
+    lo = fmt22.apple_deltacomp(n, (n - 1) * p, mass, a, eps, 1.0, 100, upper_bound=False)
+    half = fmt22.apple_deltacomp_half(n, eps0, eps, 1.0, 100)
+    assert lo <= exact * (1 + 1e-9) and exact <= up * (1 + 1e-9) and exact <= half * (1 + 1e-9)
+    assert up <= exact + 0.05 and half <= exact + 0.05  # blocks of 100 are not too coarse
+  assert fmt22.apple_deltacomp(n, (n - 1) * p, mass, a, 0.01, 1e-6, 100) == 1e-6
+  assert fmt22.apple_deltacomp_half(n, eps0, 0.01, 1e-6, 100) == 1e-6
+
+
+@pytest.mark.parametrize("loop", ["expectation", "half"])
+def test_numeric_apple_certifies_delta(loop):
+  """Apple's numeric ε at n = 1000, ε0 = 1, δ = 1e-4 certifies δ for the exact reduction
+  (its δ(ε) summed here ≤ 1e-4), is above the exact ε (``numeric``: also checked here to
+  be the smallest certified ε) and below ε0 and the closed form.
+
+  Catches: an answer below the true ε (unsound), the search started above the closed form.
+  """
+  n, eps0, d = 1000, 1.0, 1e-4
+  pmf = stats.binom(n - 1, math.exp(-eps0)).pmf(np.arange(n))
+  got = fmt22.numeric_apple(n, eps0, d, loop=loop)
+  exact = fmt22.numeric(n, eps0, d)
+  assert _clone_delta(pmf, eps0, got) <= d
+  assert _clone_delta(pmf, eps0, exact) <= d * (1 + 1e-9)
+  assert _clone_delta(pmf, eps0, exact - 1e-6) > d
+  assert exact < got < fmt22.closed_form(n, eps0, d) < eps0
+
+
+def test_numeric_apple_outside_regime_searches_below_eps0():
+  """Outside the closed form's regime (n = 250, ε0 = 1, δ = 1e-4) the search runs on
+  [0, ε0]; the answer never exceeds ε0.
+
+  Catches: the closed form (= ε0 there) or ε0 swapped for another upper end.
+  """
+  assert not fmt22.closed_form_valid(250, 1.0, 1e-4)
+  for loop in ("expectation", "half"):
+    got = fmt22.numeric_apple(250, 1.0, 1e-4, loop=loop)
+    assert fmt22.numeric(250, 1.0, 1e-4) <= got <= 1.0
+
+
+def test_numeric_generalized_count_and_target():
+  """``numeric`` with a given clone count and target ε: the smallest ε at which that count's
+  reduction with α(target) is ≤ δ (summed here); never above the target.
+
+  Catches: the count or the target ignored (ε0's binomial or α used instead), the search
+  not run on [0, target] with the given number of halvings.
+  """
+  from tff_idp.accounting.shuffle import reduction
+  probs = np.linspace(0.2, 0.6, 299)
+  pmf = np.array([1.0])
+  for q in probs:
+    pmf = np.convolve(pmf, [1 - q, q])
+  count = reduction.poisson_binomial_count(probs)
+  got = fmt22.numeric(300, 2.0, 1e-3, count=count, target_epsilon=0.7)
+  assert _clone_delta(pmf, 0.7, got) <= 1e-3 * (1 + 1e-9)
+  assert _clone_delta(pmf, 0.7, got - 1e-6) > 1e-3
+  assert got < 0.7
+  # ``iterations`` halvings of [0, target]: 4 give a multiple of 0.7/16 that certifies δ,
+  # one grid step less does not.
+  coarse = fmt22.numeric(300, 2.0, 1e-3, count=count, target_epsilon=0.7, iterations=4)
+  assert coarse / (0.7 / 16) == pytest.approx(round(coarse / (0.7 / 16)), abs=1e-9)
+  assert _clone_delta(pmf, 0.7, coarse) <= 1e-3 < _clone_delta(pmf, 0.7, coarse - 0.7 / 16)
+  assert fmt22.numeric(300, 0.7, 1e-3, iterations=4) / (0.7 / 16) == pytest.approx(
+      round(fmt22.numeric(300, 0.7, 1e-3, iterations=4) / (0.7 / 16)), abs=1e-9)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((2.5, 1.0, 1e-8), "n="),
+    ((100, math.inf, 1e-8), "epsilon0"),
+    ((100, -1.0, 1e-8), "epsilon0"),
+    ((100, 1.0, 0.0), "delta"),
+])
+def test_more_errors(args, match):
+  """Non-integer n, non-finite or negative ε0, δ ≤ 0 are refused.
+
+  Catches: a weakened input check.
+  """
+  with pytest.raises(ValueError, match=match):
+    fmt22.eq2(*args)
+  with pytest.raises(ValueError, match=match):
+    fmt22.closed_form_valid(*args)
+
+
+def test_eq2_by_hand_and_valid_edges():
+  """Eq. (2) of the APES paper: ln(1 + (e^ε−1)/(e^ε+1)·(8√(e^ε ln(4/δ))/√n + 8e^ε/n)), by hand
+  at a point off the notes' table; n = 2 and δ just below 1 are valid inputs.
+
+  Catches: a wrong constant or power in Eq. (2), a settings check that refuses n = 2.
+  """
+  n, e, d = 3000, 0.7, 1e-5
+  em = math.exp(e)
+  want = math.log(1 + (em - 1) / (em + 1) * (8 * math.sqrt(em * math.log(4 / d)) / math.sqrt(n)
+                                              + 8 * em / n))
+  assert fmt22.eq2(n, e, d) == pytest.approx(want, rel=1e-13)
+  assert fmt22.eq2(2, 0.1, 0.999) > 0
+  assert 0 < fmt22.numeric(2, 0.5, 0.3) <= 0.5
+  assert isinstance(fmt22.closed_form(1000, 3.0, 1e-8), float)

@@ -30,3 +30,35 @@ def test_round_ledger_is_a_privacy_ledger_and_reports_its_event():
   assert ledger.round_events() == [event]
   assert ledger.metric_names() == ["eps_c_round", "eps_uc_round", "eps_uc_total"]
   assert not ledger.metrics_depend_on_sampling  # release columns
+
+
+def test_round_ledger_edges():
+  """Before any round the cumulative ε is 0; each finished round reads the next planned
+  value; the last planned round may begin, one more may not; a checkpoint without state
+  restarts at round 0; without an event a round releases nothing.
+
+  Catches: a ledger that refuses its last planned round or allows one more (overrun of
+  the planned budget), reports round t's total at round t−1, or resumes from a wrong round.
+  """
+  acc = ShuffleRoundLedger(0.1, 2.0, [2.0, 3.0])
+  assert acc.rounds == 0 and acc.metrics()["eps_uc_total"] == 0.0
+  assert acc.get_state() == {"rounds": 0} and acc.round_events() == []
+  acc.begin_round()
+  acc.end_round(["a", "b"])
+  assert acc.metrics(("g",), False)["eps_uc_total"] == 2.0
+  acc.begin_round()  # the second (last) planned round
+  acc.end_round([])
+  assert acc.metrics()["eps_uc_total"] == 3.0 and acc.get_state() == {"rounds": 2}
+  with pytest.raises(RuntimeError, match="round 3 would exceed"):
+    acc.begin_round()
+  acc.set_state(None)
+  assert acc.rounds == 0 and acc.metrics()["eps_uc_total"] == 0.0
+  acc.set_state({})
+  assert acc.rounds == 0
+  acc.set_state({"rounds": 1.0})
+  assert acc.rounds == 1 and isinstance(acc.rounds, int)
+  assert acc.metrics()["eps_uc_total"] == 2.0
+  assert acc.metric_names(("g1", "g2")) == list(ShuffleRoundLedger.METRIC_NAMES)
+  one = ShuffleRoundLedger("0.5", 1, (4,))
+  assert (one.eps_c_round, one.eps_uc_round, one.cumulative) == (0.5, 1.0, [4.0])
+  assert isinstance(one.eps_uc_round, float) and isinstance(one.cumulative[0], float)

@@ -4,6 +4,7 @@ import math
 import numpy as np
 import pytest
 from scipy import integrate
+from scipy import stats
 
 from tff_idp.accounting.shuffle import clip_laplace_reference as clap
 from tff_idp.accounting.shuffle import echoes
@@ -134,3 +135,128 @@ def test_unknown_rule():
     soundness.clone_count([1.0, 1.0], 0, "avg")
   with pytest.raises(ValueError, match="n ≤ 3"):
     soundness.shuffled_delta(1.0, [1, 1, 1], [0, 0, 0], [0.0])
+
+
+def _conv(probs) -> np.ndarray:
+  """Poisson-binomial pmf by convolution (from 0)."""
+  pmf = np.array([1.0])
+  for p in probs:
+    pmf = np.convolve(pmf, [1 - p, p])
+  return pmf
+
+
+def _lemma4(eo: float, et: float) -> float:
+  return eo / (1 - math.exp(-eo)) * (1 - math.exp(-et)) / et * math.exp(-max(eo, et))
+
+
+def _exact(eo: float, et: float) -> float:
+  return eo / (1 - math.exp(-eo)) * (1 - math.exp(-et)) / et * math.exp(-eo)
+
+
+def _full(cc) -> np.ndarray:
+  out = np.zeros(cc.offset + cc.pmf.size)
+  out[cc.offset:] = cc.pmf
+  return out
+
+
+def test_clone_count_rules_by_hand():
+  """Each rule's clone count for target 1 of ε = (0.5, 2.0, 0.2): per_user the exact
+  infimum column, lemma4_column Lemma 4's column, eon_literal n(n−1) Bernoullis p_ij/n
+  (i ≠ target, every j), eon_average n−1 Bernoullis (1/n)Σ_j p_ij, fmt22_max
+  Bin(n−1, e^{−ε_max}); pmfs by convolution here.
+
+  Catches: a rule using another rule's probabilities, the target kept among its clones,
+  the 1/n missing.
+  """
+  e = [0.5, 2.0, 0.2]
+  u, others = 1, [0.5, 0.2]
+  want = {
+      "per_user": [_exact(o, 2.0) for o in others],
+      "lemma4_column": [_lemma4(o, 2.0) for o in others],
+      "eon_literal": [_lemma4(o, t) / 3 for o in others for t in e],
+      "eon_average": [np.mean([_lemma4(o, t) for t in e]) for o in others],
+      "fmt22_max": [math.exp(-2.0)] * 2,
+  }
+  for rule, probs in want.items():
+    got = _full(soundness.clone_count(e, u, rule))
+    ref = _conv(probs)
+    np.testing.assert_allclose(got, ref[:got.size], rtol=1e-12, atol=1e-300, err_msg=rule)
+    assert ref[got.size:].sum() <= 1e-30, rule
+
+
+def test_reduction_delta_uses_the_rules_alpha():
+  """per_user and lemma4_column use the target's own ε for α, the EoN and FMT22 rules ε_max;
+  each δ(ε) is the hockey-stick sum of its count (by hand with the brute-force pairs).
+
+  Catches: α from the wrong budget (a smaller α under-states δ).
+  """
+  e = [0.5, 2.0, 0.2]
+  for rule, eps_t in (("per_user", 0.5), ("lemma4_column", 0.5), ("eon_average", 2.0),
+                      ("fmt22_max", 2.0)):
+    cc = soundness.clone_count(e, 0, rule)
+    a = math.exp(eps_t) / (1 + math.exp(eps_t))
+    for x in (0.0, 0.1):
+      want = 0.0
+      for c, w in zip(cc.support, cc.pmf):
+        k = np.arange(c + 2)
+        b, bm = stats.binom.pmf(k, c, 0.5), stats.binom.pmf(k - 1, c, 0.5)
+        want += w * np.maximum(a * bm + (1 - a) * b - math.exp(x) * ((1 - a) * bm + a * b),
+                               0).sum()
+      got = soundness.reduction_delta(e, 0, rule, [x])[0]
+      assert got == pytest.approx(want + cc.tail_mass, rel=1e-12), rule
+
+
+def test_count_difference_pmf_by_hand():
+  """The band-count difference D = Σ(+1 w.p. r₊, −1 w.p. r₋) over m reports has the pmf of
+  m convolutions of [r₋, 1−r₊−r₋, r₊] on −m..m; with r₊ = r₋ = 0 it is 0 surely.
+
+  Catches: the ±1 sides swapped, a binomial split with the wrong share.
+  """
+  for m, rp, rm in ((1, 0.2, 0.3), (3, 0.2, 0.3), (5, 0.05, 0.6)):
+    ref = np.array([1.0])
+    for _ in range(m):
+      ref = np.convolve(ref, [rm, 1 - rp - rm, rp])
+    np.testing.assert_allclose(soundness._count_difference_pmf(m, rp, rm), ref, atol=1e-15)
+  zero = soundness._count_difference_pmf(3, 0.0, 0.0)
+  assert zero.tolist() == [0, 0, 0, 1, 0, 0, 0]
+
+
+def test_binned_lower_bound_two_reports_by_hand():
+  """n = 2 (target at ±C, one other at y = 0), one band width w: D's pmf under x = −C and
+  x = +C from the closed-form CDF, δ(ε) = max of the two hockey-stick sums over
+  |D| ≤ n − 1 (the code leaves out |D| = n: a sub-sum, still a lower bound), by hand.
+
+  Catches: the target's bands taken at the wrong end, the other's band probabilities
+  from the wrong input, the max over directions or widths dropped.
+  """
+  eu, eo, w = 2.0, 0.5, 0.3
+  t = 1.0 - w
+  q_top = 1 - clap.cdf(t, 1.0, eu, 1.0)     # target at +C, top band
+  q_bot = clap.cdf(-t, 1.0, eu, 1.0)        # target at +C, bottom band
+  r_top = 1 - clap.cdf(t, 0.0, eo, 1.0)
+  r_bot = clap.cdf(-t, 0.0, eo, 1.0)
+  other = np.array([r_bot, 1 - r_top - r_bot, r_top])   # D_other on −1..1
+  tgt_p = np.array([q_bot, 1 - q_top - q_bot, q_top])   # target at +C
+  p = np.convolve(other, tgt_p)[1:-1]  # D on −1..1: the code sums over |D| ≤ n−1 only,
+  q = np.convolve(other, tgt_p[::-1])[1:-1]  # a sub-sum, so still a lower bound
+  for x in (0.0, 0.4):
+    want = max(np.maximum(p - math.exp(x) * q, 0).sum(), np.maximum(q - math.exp(x) * p, 0).sum())
+    got = soundness.binned_lower_bound(2, eu, eo, [x], widths=(w,), other_input=0.0)[0]
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
+  both = soundness.binned_lower_bound(2, eu, eo, [0.0], widths=(0.1, w))[0]
+  assert both >= soundness.binned_lower_bound(2, eu, eo, [0.0], widths=(w,))[0]
+
+
+def test_shuffled_delta_input_checks():
+  """Other users' inputs must be −C, 0 or C (density kinks on panel edges); at most 3
+  reports.
+
+  Catches: the kink check weakened (a silently inaccurate quadrature).
+  """
+  with pytest.raises(ValueError, match="other_inputs"):
+    soundness.shuffled_delta(1.0, [1.0], [0.5], [0.0])
+  with pytest.raises(ValueError, match="other_inputs"):
+    soundness.shuffled_delta(1.0, [1.0], [-0.3], [0.0], clip=0.5)
+  for y in (-0.5, 0.0, 0.5):
+    assert soundness.shuffled_delta(1.0, [1.0], [y], [0.0], clip=0.5, panels=2).shape == (1,)
+  assert soundness.shuffled_delta(1.0, [1.0, 1.0], [0.0, 0.0], [0.0], panels=1).shape == (1,)
