@@ -35,14 +35,17 @@ def _mlp() -> tf.keras.Sequential:
 
 
 def _cnn() -> tf.keras.Sequential:
-  """Non-square kernels and strides, 'same' and 'valid' padding, with and without bias."""
+  """Non-square kernels and strides, 'same' and 'valid' padding, with and without bias.
+
+  Output heights (3, 2) differ from the channel counts (4, 3), so no axis mix-up
+  cancels out."""
   init = tf.keras.initializers.GlorotUniform
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(6, 5, 2)),
-      tf.keras.layers.Conv2D(3, (3, 2), strides=(2, 1), padding="same", activation="tanh",
+      tf.keras.layers.Conv2D(4, (3, 2), strides=(2, 1), padding="same", activation="tanh",
                              kernel_initializer=init(4),
                              bias_initializer=tf.keras.initializers.RandomNormal(seed=5)),
-      tf.keras.layers.Conv2D(2, (2, 3), padding="valid", use_bias=False, activation="relu",
+      tf.keras.layers.Conv2D(3, (2, 3), padding="valid", use_bias=False, activation="relu",
                              kernel_initializer=init(6)),
       tf.keras.layers.Flatten(),
       tf.keras.layers.Dense(3, kernel_initializer=init(7),
@@ -255,6 +258,14 @@ def test_supports_layerwise_only_for_models_it_computes_exactly():
                 tf.keras.layers.DepthwiseConv2D(3),
                 tf.keras.layers.LayerNormalization()):
     assert not per_example.supports_layerwise(_sequential(layer)), layer
+  # An unsupported layer after supported ones is still seen.
+  assert not per_example.supports_layerwise(_sequential(
+      tf.keras.layers.MaxPool2D(), conv(2, 2, dilation_rate=2)))
+  assert not per_example.supports_layerwise(_sequential(
+      conv(2, 3), tf.keras.layers.LayerNormalization()))
+  assert not per_example.supports_layerwise(tf.keras.Sequential(
+      [tf.keras.layers.InputLayer(input_shape=(6,)), tf.keras.layers.Dense(4),
+       tf.keras.layers.LayerNormalization(), tf.keras.layers.Dense(2)]))
   assert not per_example.supports_layerwise(tf.keras.Sequential(
       [tf.keras.layers.InputLayer(input_shape=(2, 6, 6)),
        conv(2, 3, data_format="channels_first")]))
@@ -262,3 +273,39 @@ def test_supports_layerwise_only_for_models_it_computes_exactly():
   inputs = tf.keras.Input((5,))
   assert not per_example.supports_layerwise(
       tf.keras.Model(inputs, tf.keras.layers.Dense(2)(inputs)))
+
+
+class _TrainingScale(tf.keras.layers.Layer):
+  """A weight-free layer that doubles its input in training mode only."""
+
+  def call(self, inputs, training=None):  # pylint: disable=arguments-differ
+    return 2.0 * inputs if training else inputs
+
+
+@pytest.mark.parametrize("path", ["layerwise", "vectorized"])
+def test_forward_pass_runs_in_training_mode(path):
+  """Property: the per-example gradients are those of the training-mode forward
+  pass (as in the model's own training step and the generic path). Bug caught:
+  the layer-wise path calling its weight-free layers (dropout, noise) in
+  inference mode, which gives other gradients and norms than the step trains on."""
+  model = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(4,)),
+                               tf.keras.layers.Dense(3, activation="tanh"),
+                               _TrainingScale(),
+                               tf.keras.layers.Dense(3)])
+  x, y = _data((4,), 4, seed=9)
+  assert per_example.supports_layerwise(model)
+  _assert_matches(_run(path, model, x, y, 0.3), _definition(model, x, y, 0.3))
+
+
+@pytest.mark.parametrize("path", ["layerwise", "vectorized"])
+def test_float64_model(path):
+  """Property: a float64 model gets its clipped sums in float64, equal to the
+  definition. Bug caught: norms accumulated in float32 (a dtype clash, or the
+  sums silently computed at float32 precision)."""
+  model = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(5,), dtype="float64"),
+                               tf.keras.layers.Dense(3, dtype="float64")])
+  x, y = _data((5,), 4, seed=10)
+  x = tf.cast(x, tf.float64)
+  got = _run(path, model, x, y, 0.5)
+  assert got[0][0].dtype == np.float64
+  _assert_matches(got, _definition(model, x, y, 0.5))
