@@ -309,3 +309,18 @@ def test_float64_model(path):
   got = _run(path, model, x, y, 0.5)
   assert got[0][0].dtype == np.float64
   _assert_matches(got, _definition(model, x, y, 0.5))
+
+
+def test_vectorized_path_gives_zero_for_a_variable_the_loss_does_not_use():
+  """Property: a trainable variable that the loss does not depend on (an unused
+  head) gets a zero sum and adds nothing to the norms. Bug caught: its
+  gradient left as None, which makes the generic path fail on such models."""
+  model = _mlp()
+  unused = tf.Variable(tf.ones([2, 2]))
+  x, y = _data((5,), 3, seed=11)
+  variables = list(model.trainable_variables) + [unused]
+  sums, losses, norms = per_example.vectorized_clipped_sum(
+      lambda xb: model(xb, training=True), variables, x, y, 0.4, _loss)
+  np.testing.assert_array_equal(sums[unused.ref()].numpy(), np.zeros([2, 2]))
+  _assert_matches(([sums[v.ref()].numpy() for v in model.trainable_variables],
+                   losses.numpy(), norms.numpy()), _definition(model, x, y, 0.4))
