@@ -152,6 +152,8 @@ def test_partial_sampling_divides_by_the_expected_not_the_realised_batch(seed):
 def test_noise_std_is_sigma_times_clip_over_expected_batch():
   """Statistical: 40 seeds × 63 coordinates of the noise, std within 6% of σL.
 
+  σ = 0.8 < 1, so a noise switch that tests σ > 1 instead of σ > 0 is caught.
+
   The sample std of 2,520 normals has a relative sd of 1/sqrt(2·2520) ≈ 1.4%,
   so the 6% band is 4.3 sd wide on each side: flake rate < 2e-5. The seeds
   are fixed, so in CI the test is deterministic.
@@ -164,7 +166,7 @@ def test_noise_std_is_sigma_times_clip_over_expected_batch():
   q = np.ones(n, np.float32)
   initial = _weights(model)
   sgd = tff.learning.optimizers.build_sgdm(1.0)
-  noisy = dp_sgd.build_local_dp_sgd(model, sgd, 1, noise_multiplier=1.5, clip_norm=0.4)
+  noisy = dp_sgd.build_local_dp_sgd(model, sgd, 1, noise_multiplier=0.8, clip_norm=0.4)
   clean = dp_sgd.build_local_dp_sgd(model, sgd, 1, noise_multiplier=0.0, clip_norm=0.4)
   base, _ = clean(initial, x, y, q, tf.constant([0, 0], tf.int64))
   draws = []
@@ -173,8 +175,8 @@ def test_noise_std_is_sigma_times_clip_over_expected_batch():
     draws.append(np.concatenate([(d - b).numpy().ravel() for d, b in zip(delta, base)]))
   z = np.concatenate(draws) * n  # delta = -lr·(sum + z)/n  →  z = ±n·(delta − base)
   assert z.size == 40 * 63
-  assert np.std(z) == pytest.approx(1.5 * 0.4, rel=0.06)
-  assert abs(np.mean(z)) < 5 * 0.6 / np.sqrt(z.size)
+  assert np.std(z) == pytest.approx(0.8 * 0.4, rel=0.06)
+  assert abs(np.mean(z)) < 5 * 0.32 / np.sqrt(z.size)
 
 
 def test_record_inclusion_frequency_matches_q():
@@ -501,3 +503,45 @@ def test_record_thresholds_are_checked(clips, match):
   with pytest.raises(tf.errors.InvalidArgumentError, match=match):
     update(_weights(model), x, y, np.ones(3, np.float32), tf.constant([1, 2], tf.int64),
            tf.constant(clips))
+
+
+def test_a_client_with_expected_batch_one_trains():
+  """Property: any client with Σq > 0 takes its steps (here one record at q = 1,
+  Σq = 1: delta = lr·clip(g)/1). Bug caught: a skip test on Σq against a
+  threshold above 0 that silently drops small clients' records."""
+  model = _model(*CASES["logreg"])
+  rng = np.random.default_rng(13)
+  x = rng.normal(size=(1, 6)).astype(np.float32)
+  y = np.array([1], np.int32)
+  initial = _weights(model)
+  want = _hand_clipped_sum(model, x, y, 0.3)
+  update = dp_sgd.build_local_dp_sgd(model, tff.learning.optimizers.build_sgdm(0.5), 1,
+                                     noise_multiplier=0.0, clip_norm=0.3)
+  delta, stats = update(initial, x, y, np.ones(1, np.float32), tf.constant([1, 1], tf.int64))
+  assert float(stats["steps"]) == 1
+  for d, w in zip(delta, want):
+    np.testing.assert_allclose(d.numpy(), 0.5 * w, rtol=2e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("force_generic", [False, True])
+def test_supported_models_take_the_layerwise_path_unless_forced(monkeypatch, force_generic):
+  """Property: clipped_gradient_sum uses the layer-wise fast path exactly when the
+  model supports it and the caller does not force the generic one (both give
+  the same sums; the fast path is about one backward pass instead of B).
+  Bug caught: the Keras model not found (every model on the slow path) or
+  force_generic ignored."""
+  calls = []
+  for name in ("layerwise_clipped_sum", "vectorized_clipped_sum"):
+    original = getattr(per_example, name)
+
+    def spy(*args, _name=name, _original=original, **kwargs):
+      calls.append(_name)
+      return _original(*args, **kwargs)
+
+    monkeypatch.setattr(per_example, name, spy)
+  model = _model(*CASES["logreg"])
+  assert dp_sgd.keras_model_of(model) is not None
+  dp_sgd.clipped_gradient_sum(model, tf.ones([2, 6]), tf.constant([0, 1]), 1.0,
+                              dp_sgd.sparse_categorical_crossentropy,
+                              force_generic=force_generic)
+  assert calls == ["vectorized_clipped_sum" if force_generic else "layerwise_clipped_sum"]
