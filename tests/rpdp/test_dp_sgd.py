@@ -545,3 +545,22 @@ def test_supported_models_take_the_layerwise_path_unless_forced(monkeypatch, for
                               dp_sgd.sparse_categorical_crossentropy,
                               force_generic=force_generic)
   assert calls == ["vectorized_clipped_sum" if force_generic else "layerwise_clipped_sum"]
+
+
+def test_no_noise_and_no_clipping_is_plain_sgd_on_the_mean():
+  """Property: σ = 0 with L = ∞ (the privacy-free baseline) is accepted and is
+  plain SGD on Σ_j ∇ℓ_j / Σq, with no NaN (0·∞). Bugs caught: a finite-L check
+  that also fires at σ = 0, or a noise std computed as σ·L even at σ = 0
+  (0·∞ = NaN in every weight)."""
+  model = _model(*CASES["logreg"])
+  rng = np.random.default_rng(14)
+  x = (5 * rng.normal(size=(4, 6))).astype(np.float32)
+  y = rng.integers(0, 3, 4).astype(np.int32)
+  initial = _weights(model)
+  want = _hand_clipped_sum(model, x, y, np.inf)
+  update = dp_sgd.build_local_dp_sgd(model, tff.learning.optimizers.build_sgdm(0.2), 1,
+                                     noise_multiplier=0.0, clip_norm=float("inf"))
+  delta, stats = update(initial, x, y, np.ones(4, np.float32), tf.constant([2, 2], tf.int64))
+  assert float(stats["clipped"]) == 0
+  for d, w in zip(delta, want):
+    np.testing.assert_allclose(d.numpy(), 0.2 * w / 4, rtol=2e-4, atol=1e-7)
