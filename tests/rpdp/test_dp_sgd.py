@@ -564,3 +564,15 @@ def test_no_noise_and_no_clipping_is_plain_sgd_on_the_mean():
   assert float(stats["clipped"]) == 0
   for d, w in zip(delta, want):
     np.testing.assert_allclose(d.numpy(), 0.2 * w / 4, rtol=2e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_excluded_records_are_never_sampled_and_q1_always(dtype):
+  """Property: a record at q = 0 (excluded by the ledger) is never in the mask and
+  one at q = 1 always is, over 200 seeds, for float32 rates and for the
+  ledger's float64 rates. Bugs caught: an excluded record sampled (its budget
+  overspent), or float64 rates compared with float32 uniforms (a dtype error)."""
+  q = tf.constant([0.0, 1.0, 0.0, 1.0], dtype)
+  for s in range(200):
+    mask = dp_sgd.poisson_record_mask(q, tf.constant([s, 5], tf.int64)).numpy()
+    np.testing.assert_array_equal(mask, [False, True, False, True])
