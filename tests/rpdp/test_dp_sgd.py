@@ -576,3 +576,18 @@ def test_excluded_records_are_never_sampled_and_q1_always(dtype):
   for s in range(200):
     mask = dp_sgd.poisson_record_mask(q, tf.constant([s, 5], tf.int64)).numpy()
     np.testing.assert_array_equal(mask, [False, True, False, True])
+
+
+def test_q0_record_is_not_sampled_even_when_its_uniform_is_exactly_zero():
+  """Property: inclusion is u < q, so q = 0 excludes a record for every draw,
+  including the float32 uniform u = 0 (probability 2⁻²³ per draw). The test
+  finds such a draw among 2²⁴ uniforms of a seed and puts an excluded record
+  there. Bug caught: u ≤ q, which samples an excluded record once in about
+  8 million record-steps (a budget overrun the frequency test cannot see)."""
+  seed = tf.constant([0, 3], tf.int64)
+  u = tf.random.stateless_uniform([2**24], seed=seed).numpy()
+  zeros = np.flatnonzero(u == 0.0)
+  assert zeros.size > 0  # this fixed seed has two (a fresh seed: none with probability e^-2)
+  rates = tf.zeros([int(zeros[0]) + 1], tf.float32)
+  mask = dp_sgd.poisson_record_mask(rates, seed).numpy()
+  assert not mask.any()
