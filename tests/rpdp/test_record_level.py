@@ -295,10 +295,11 @@ def test_federation_converts_and_checks_its_arrays():
 
 
 class _FakeCanaries:
-  """Appends one canary record (row 0, rate 0.25) after a client's real records."""
+  """Appends one canary record (row 0, rate 0.25) after client c1's real records."""
 
   def client_records(self, client_id, x, y, q):
-    del client_id
+    if client_id != "c1":
+      return x, y, q, np.full(len(y), -1, np.int32)
     return (np.concatenate([x, np.full((1, x.shape[1]), 9.0, np.float32)]),
             np.concatenate([y, [1]]).astype(np.int32),
             np.concatenate([q, [0.25]]).astype(np.float32),
@@ -312,10 +313,11 @@ def _collect(dataset):
 def test_client_data_carries_records_rates_and_the_clients_own_round_seed():
   """Property: a client's dataset holds its records, its plan rates (without an
   accountant), in batches of ``batch_size``, and the seed
-  ``randomness.client_seed(client, round)`` on every record; canaries are
-  appended with their index. Bugs caught: another client's or round's seed
-  (noise shared or repeated), rates or records of another client, canaries
-  dropped or their index lost."""
+  ``randomness.client_seed(client, round)`` on every record; the client's own
+  canaries are appended with their index, batched like the records. Bugs
+  caught: another client's or round's seed (noise shared or repeated), rates
+  or records of another client, canaries dropped, asked for without the
+  client id, or their index lost."""
   from tff_idp.engine.privacy_randomness import PrivacyRandomness  # pylint: disable=g-import-not-at-top
   fed = _federation(sizes=(5, 3))
   plan = record_level.make_record_plan("ours", _budgets(fed), PARAMS, 1.0)
@@ -332,8 +334,10 @@ def test_client_data_carries_records_rates_and_the_clients_own_round_seed():
   later = _collect(make("c0", 4))["seed"][0]
   assert not np.array_equal(other, got["seed"][0])
   assert not np.array_equal(later, got["seed"][0])
-  audited = record_level.record_input_fn(fed, plan, None, randomness,
+  audited = record_level.record_input_fn(fed, plan, None, randomness, batch_size=3,
                                          canaries=_FakeCanaries())
+  assert [int(b["y"].shape[0]) for b in audited("c1", 0)] == [3, 1]
+  np.testing.assert_array_equal(_collect(audited("c0", 0))["canary"], np.full(5, -1))
   got = _collect(audited("c1", 0))
   np.testing.assert_array_equal(got["canary"], [-1, -1, -1, 0])
   np.testing.assert_array_equal(got["q"], np.concatenate([plan.rates["c1"], [0.25]])
