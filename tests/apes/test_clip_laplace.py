@@ -182,3 +182,30 @@ def test_round_seed_is_fresh_per_round():
   assert len(seeds) == 5
   np.testing.assert_array_equal(clip_laplace.round_seed([5, 6], 2).numpy(),
                                 clip_laplace.round_seed(np.array([5, 6], np.int64), 2).numpy())
+
+
+@pytest.mark.parametrize("eps", [1e-3, 0.5, 5.0])
+def test_tensor_budget_gives_the_same_draws_as_a_number(eps):
+  """Property: a budget given as a tensor (as inside the client computation) is
+  accepted for every valid ε, below 1 included, and gives exactly the draws of
+  the same Python number. Bug caught: the in-graph check refusing valid
+  budgets, or the tensor path computing another scale."""
+  x = tf.linspace(-0.2, 0.2, 9)
+  for fn in (clip_laplace.perturb, clip_laplace.laplace_perturb):
+    np.testing.assert_array_equal(fn(x, tf.constant(eps), C, [3, 1]).numpy(),
+                                  fn(x, eps, C, [3, 1]).numpy())
+  np.testing.assert_allclose(clip_laplace.expected_value(x, tf.constant(eps), C).numpy(),
+                             clip_laplace.expected_value(x, eps, C).numpy(), rtol=1e-6)
+
+
+def test_check_epsilon_needs_at_least_one_budget_and_returns_float64():
+  """Property: an empty budget list is refused (there is no λ = 2C/ε to use), a
+  list with one bad budget is refused, a good list comes back as float64.
+  Bug caught: an empty or partly invalid budget list accepted."""
+  with pytest.raises(ToolkitValueError, match="epsilon"):
+    clip_laplace.check_epsilon([])
+  with pytest.raises(ToolkitValueError, match="budgets"):
+    clip_laplace.check_epsilon([1.0, 0.0, 2.0], what="budgets")
+  got = clip_laplace.check_epsilon([1, 2])
+  assert got.dtype == np.float64
+  np.testing.assert_array_equal(got, [1.0, 2.0])

@@ -266,3 +266,121 @@ def test_client_data_follows_the_ledger_past_the_affordable_rounds():
     gone = (sent == 0) & (np.asarray(plan.rates[cid]) > 0)
     excluded += int(gone.sum())
   assert excluded > 0  # the property is exercised: some records ran out of budget
+
+
+# --- fast checks of the data plumbing (no TFF runtime) -------------------------
+
+def test_federation_converts_and_checks_its_arrays():
+  """Property: the federation holds float32 features and int32 labels per client
+  and refuses mismatched clients, no clients, or a length mismatch, naming the
+  client. Bugs caught: a missing check (records silently paired with the wrong
+  labels or dropped), features or labels left unconverted, or the labels
+  checked under the wrong client."""
+  fed = record_level.RecordFederation({"a": np.ones((2, 3)), "b": np.zeros((1, 3))},
+                                      {"a": [1.0, 0.0], "b": np.array([2])})
+  assert fed.client_ids == ["a", "b"] and fed.sizes == {"a": 2, "b": 1}
+  assert fed.x["a"].dtype == np.float32 and fed.y["a"].dtype == np.int32
+  np.testing.assert_array_equal(fed.y["a"], [1, 0])
+  np.testing.assert_array_equal(fed.y["b"], [2])
+  with pytest.raises(ToolkitValueError, match="same client ids"):
+    record_level.RecordFederation({"a": np.ones((1, 2))}, {"b": [0]})
+  with pytest.raises(ToolkitValueError, match="no clients"):
+    record_level.RecordFederation({}, {})
+  with pytest.raises(ToolkitValueError, match="client 'b': 2 features vs 1 labels"):
+    record_level.RecordFederation({"a": np.ones((1, 2)), "b": np.ones((2, 2))},
+                                  {"a": [0], "b": [1]})
+  with pytest.raises(ToolkitValueError, match=r"y\['b'\]"):
+    record_level.RecordFederation({"a": np.ones((1, 2)), "b": np.ones((1, 2))},
+                                  {"a": [0], "b": [0.5]})
+
+
+class _FakeCanaries:
+  """Appends one canary record (row 0, rate 0.25) after client c1's real records."""
+
+  def client_records(self, client_id, x, y, q):
+    if client_id != "c1":
+      return x, y, q, np.full(len(y), -1, np.int32)
+    return (np.concatenate([x, np.full((1, x.shape[1]), 9.0, np.float32)]),
+            np.concatenate([y, [1]]).astype(np.int32),
+            np.concatenate([q, [0.25]]).astype(np.float32),
+            np.array([-1] * len(y) + [0], np.int32))
+
+
+def _collect(dataset):
+  return {k: np.concatenate([b[k].numpy() for b in dataset]) for k in dataset.element_spec}
+
+
+def test_client_data_carries_records_rates_and_the_clients_own_round_seed():
+  """Property: a client's dataset holds its records, its plan rates (without an
+  accountant), in batches of ``batch_size``, and the seed
+  ``randomness.client_seed(client, round)`` on every record; the client's own
+  canaries are appended with their index, batched like the records. Bugs
+  caught: another client's or round's seed (noise shared or repeated), rates
+  or records of another client, canaries dropped, asked for without the
+  client id, or their index lost."""
+  from tff_idp.engine.privacy_randomness import PrivacyRandomness  # pylint: disable=g-import-not-at-top
+  fed = _federation(sizes=(5, 3))
+  plan = record_level.make_record_plan("ours", _budgets(fed), PARAMS, 1.0)
+  randomness = PrivacyRandomness.secret()
+  make = record_level.record_input_fn(fed, plan, None, randomness, batch_size=2)
+  data = make("c0", 3)
+  assert [int(b["y"].shape[0]) for b in data] == [2, 2, 1]
+  got = _collect(data)
+  np.testing.assert_array_equal(got["x"], fed.x["c0"])
+  np.testing.assert_array_equal(got["y"], fed.y["c0"])
+  np.testing.assert_array_equal(got["q"], np.asarray(plan.rates["c0"], np.float32))
+  assert np.all(got["seed"] == np.asarray(randomness.client_seed("c0", 3)))
+  other = _collect(make("c1", 3))["seed"][0]
+  later = _collect(make("c0", 4))["seed"][0]
+  assert not np.array_equal(other, got["seed"][0])
+  assert not np.array_equal(later, got["seed"][0])
+  audited = record_level.record_input_fn(fed, plan, None, randomness, batch_size=3,
+                                         canaries=_FakeCanaries())
+  assert [int(b["y"].shape[0]) for b in audited("c1", 0)] == [3, 1]
+  np.testing.assert_array_equal(_collect(audited("c0", 0))["canary"], np.full(5, -1))
+  got = _collect(audited("c1", 0))
+  np.testing.assert_array_equal(got["canary"], [-1, -1, -1, 0])
+  np.testing.assert_array_equal(got["q"], np.concatenate([plan.rates["c1"], [0.25]])
+                                .astype(np.float32))
+  np.testing.assert_array_equal(got["x"][:3], fed.x["c1"])
+  assert np.all(got["seed"] == np.asarray(randomness.client_seed("c1", 0)))
+
+
+def test_padding_client_has_no_records():
+  """Property: the cohort-padding client sends no record (so weight 0, update 0),
+  with the canary field exactly when the process is an audit one. Bug caught:
+  padding that sends a real client's records (trained on without being
+  sampled or charged)."""
+  fed = _federation()
+  for with_canaries in (False, True):
+    data = record_level.empty_input_fn(fed, with_canaries=with_canaries)()
+    assert ("canary" in data.element_spec) == with_canaries
+    assert data.element_spec["x"].shape[1:] == (5,)
+    assert sum(int(b["y"].shape[0]) for b in data) == 0
+  assert "canary" not in record_level.empty_input_fn(fed)().element_spec
+
+
+def test_rates_digest_tells_plans_apart():
+  """Property: the checkpoint's rate digest changes with any client's rates, with
+  which client has them, and with the budgets and own budgets (None stays
+  None). Bug caught: a resume under other rates or budgets not refused."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  fed = _federation(sizes=(4, 3))
+  plan = record_level.make_record_plan("ours", _budgets(fed), PARAMS, 1.0)
+  base = record_level._rates_digest(plan)  # pylint: disable=protected-access
+  assert base == record_level._rates_digest(dataclasses.replace(plan))  # pylint: disable=protected-access
+  rates = dict(plan.rates, c1=np.asarray(plan.rates["c1"]) * (1 + 1e-12))
+  renamed = {("d0" if k == "c0" else k): v for k, v in plan.rates.items()}
+  budgets = dict(plan.budgets, c0=np.asarray(plan.budgets["c0"]) * 2)
+  variants = [
+      dataclasses.replace(plan, rates=rates),
+      dataclasses.replace(plan, rates=renamed),
+      dataclasses.replace(plan, budgets=budgets),
+      dataclasses.replace(plan, own_budgets=budgets),
+  ]
+  digests = [record_level._rates_digest(v) for v in variants]  # pylint: disable=protected-access
+  assert digests[0]["rates"] != base["rates"] and digests[1]["rates"] != base["rates"]
+  assert digests[2]["budgets"] != base["budgets"] and digests[2]["rates"] == base["rates"]
+  assert digests[3]["own_budgets"] not in (None, base["own_budgets"])
+  none = record_level._rates_digest(dataclasses.replace(plan, budgets=None, own_budgets=None))  # pylint: disable=protected-access
+  assert none["budgets"] is None and none["own_budgets"] is None
