@@ -1,0 +1,114 @@
+"""A client's local data as arrays, and a whole cohort's data orders in one call (issue 35).
+
+The vectorized client execution (:mod:`tff_idp.engine.cohort_stack`) trains a
+round's clients from arrays, not from one ``tf.data`` pipeline per client:
+building and iterating a pipeline costs milliseconds per client, more than a
+small model's whole local training. :class:`ClientArrays` is what a client
+hands it: its examples and the recipe of its local data order, the recipe
+every toolkit client pipeline follows::
+
+    Dataset.from_tensor_slices(examples)
+        .shuffle(shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
+        .repeat(epochs).batch(batch_size)
+
+:func:`cohort_orders` computes every client's example order of that recipe
+with **one** ``tf.data`` pipeline for the whole cohort (``flat_map`` over the
+clients' sizes and seeds), so each client sees exactly the order its own
+pipeline gives (tested element for element), at ~0.1 ms per client instead
+of ~5 ms. :func:`examples_of_dataset` turns any client dataset (unbatched,
+or batched as in the recipe) into its arrays, once, for a cache.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientArrays:
+  """One client's round input for the vectorized execution (module docstring's recipe).
+
+  Attributes:
+    examples: feature name -> array whose first axis is the example (e.g.
+      ``OrderedDict(x=float32[n, d], y=int32[n])``); n may be 0.
+    shuffle_seed: the ``tf.data`` shuffle seed; None: no shuffle.
+    epochs: passes over the examples (``repeat``).
+    batch_size: examples per local step (``batch``; the last step may hold fewer,
+      and batches run across epoch boundaries as ``repeat().batch()`` does).
+    shuffle_buffer: the shuffle's buffer size (the toolkit's clients use 1024).
+  """
+
+  examples: Mapping[str, np.ndarray]
+  shuffle_seed: Optional[int]
+  epochs: int
+  batch_size: int
+  shuffle_buffer: int = 1024
+
+  @property
+  def num_examples(self) -> int:
+    return int(len(next(iter(self.examples.values()))))
+
+  def dataset(self) -> tf.data.Dataset:
+    """The same data as the ``tf.data`` pipeline the recipe describes (per-client executions)."""
+    ds = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(self.examples))
+    if self.shuffle_seed is not None:
+      ds = ds.shuffle(self.shuffle_buffer, seed=self.shuffle_seed,
+                      reshuffle_each_iteration=True)
+    return ds.repeat(self.epochs).batch(self.batch_size)
+
+
+def cohort_orders(clients: Sequence[ClientArrays]) -> list[np.ndarray]:
+  """Each client's example indices in local-training order (all its epochs), in one pipeline.
+
+  Equal to iterating each client's own pipeline (``ClientArrays.dataset``),
+  because ``tf.data``'s shuffle order depends only on the element count, the
+  buffer and the seed, not on the elements: the pipeline shuffles the
+  indices ``range(n)`` of every client with the client's seed.
+  """
+  if not clients:
+    return []
+  sizes = np.asarray([c.num_examples for c in clients], np.int64)
+  epochs = np.asarray([c.epochs for c in clients], np.int64)
+  seeds = np.asarray([c.shuffle_seed or 0 for c in clients], np.int64)
+  # A buffer of 1 keeps the order: the unshuffled clients' recipe.
+  buffers = np.asarray([1 if c.shuffle_seed is None else c.shuffle_buffer for c in clients],
+                       np.int64)
+  lengths = sizes * epochs
+  if not lengths.sum():
+    return [np.zeros([0], np.int64) for _ in clients]
+  flat = _orders_fn(tf.constant(sizes), tf.constant(seeds), tf.constant(buffers),
+                    tf.constant(epochs), tf.constant(int(lengths.sum()), tf.int64)).numpy()
+  return np.split(flat, np.cumsum(lengths)[:-1])
+
+
+@tf.function(reduce_retracing=True)
+def _orders_fn(sizes, seeds, buffers, epochs, total):
+  ds = tf.data.Dataset.from_tensor_slices((sizes, seeds, buffers, epochs)).flat_map(
+      lambda n, seed, buffer, e: tf.data.Dataset.range(n).shuffle(
+          buffer, seed=seed, reshuffle_each_iteration=True).repeat(e))
+  return ds.batch(total).get_single_element()
+
+
+def examples_of_dataset(dataset: tf.data.Dataset) -> collections.OrderedDict:
+  """A client dataset's examples as numpy arrays (first axis: the example), in its order.
+
+  Takes an unbatched dataset of ``OrderedDict`` examples, or a batched one
+  (batches are concatenated). An empty dataset gives arrays with 0 rows of the
+  element spec's shape and dtype.
+  """
+  spec = dataset.element_spec
+  rows = list(dataset.as_numpy_iterator())
+  out = collections.OrderedDict()
+  for key, s in spec.items():
+    batched = s.shape.rank is not None and s.shape.rank > 0 and s.shape[0] is None
+    if rows:
+      parts = [r[key] for r in rows]
+      out[key] = np.concatenate(parts) if batched else np.stack(parts)
+    else:
+      shape = s.shape[1:] if batched else s.shape
+      out[key] = np.zeros([0] + [int(d or 0) for d in shape], s.dtype.as_numpy_dtype)
+  return out
