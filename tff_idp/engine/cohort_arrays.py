@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -112,3 +112,33 @@ def examples_of_dataset(dataset: tf.data.Dataset) -> collections.OrderedDict:
       shape = s.shape[1:] if batched else s.shape
       out[key] = np.zeros([0] + [int(d or 0) for d in shape], s.dtype.as_numpy_dtype)
   return out
+
+
+class ExampleCache:
+  """Every client's examples as arrays, read from its ``ClientData`` once (first use).
+
+  ``cache(client_id)`` is :func:`examples_of_dataset` of
+  ``client_data.create_tf_dataset_for_client(client_id)`` (its unshuffled
+  examples, in the order the client's own pipeline shuffles). Reading a
+  client costs one pipeline iteration (milliseconds); later rounds reuse it.
+  The cache holds at most the federation's training data, once, which is
+  what a run over tabular data (the vectorized execution's models) can hold.
+  """
+
+  def __init__(self, client_data: Any):
+    self._client_data = client_data
+    self._examples: dict[str, collections.OrderedDict] = {}
+
+  def __call__(self, client_id: str) -> collections.OrderedDict:
+    found = self._examples.get(client_id)
+    if found is None:
+      found = examples_of_dataset(self._client_data.create_tf_dataset_for_client(client_id))
+      self._examples[client_id] = found
+    return found
+
+  def empty(self) -> collections.OrderedDict:
+    """0 examples of the federation's element structure (a padding client's input)."""
+    spec = self._client_data.element_type_structure
+    return collections.OrderedDict(
+        (k, np.zeros([0] + [int(d or 0) for d in s.shape], s.dtype.as_numpy_dtype))
+        for k, s in spec.items())
