@@ -85,8 +85,10 @@ def cohort_orders(clients: Sequence[ClientArrays]) -> list[np.ndarray]:
   return np.split(flat, np.cumsum(lengths)[:-1])
 
 
-@tf.function(reduce_retracing=True)
 def _orders_fn(sizes, seeds, buffers, epochs, total):
+  # Built eagerly, as the clients' own pipelines are: inside a tf.function a
+  # global seed (tf.random.set_seed) would combine with the shuffle seeds
+  # differently, and the orders would no longer be the pipelines' (tested).
   ds = tf.data.Dataset.from_tensor_slices((sizes, seeds, buffers, epochs)).flat_map(
       lambda n, seed, buffer, e: tf.data.Dataset.range(n).shuffle(
           buffer, seed=seed, reshuffle_each_iteration=True).repeat(e))
