@@ -22,7 +22,7 @@ def _pipeline_labels(client):
                         [np.zeros([0], np.int32)])
 
 
-@pytest.mark.parametrize("global_seed", [None, 5])
+@pytest.mark.parametrize("global_seed", [None, 5, 7])
 def test_orders_equal_every_clients_own_pipeline(global_seed):
   """Bug caught: an order that differs from the per-client pipelines (another shuffle, a
   global seed read differently in the cohort's function, epochs not reshuffled)."""
