@@ -102,7 +102,9 @@ def _orders_fn() -> Callable:
   global_seed = context.global_seed()
   fn = _ORDERS_FNS.get(global_seed)
   if fn is None:
-    fn = _ORDERS_FNS[global_seed] = tf.function(_orders_pipeline, reduce_retracing=True)
+    vector = tf.TensorSpec([None], tf.int64)
+    fn = _ORDERS_FNS[global_seed] = tf.function(
+        _orders_pipeline, input_signature=[vector] * 4 + [tf.TensorSpec([], tf.int64)])
   return fn
 
 
@@ -113,21 +115,25 @@ def _orders_pipeline(sizes, seeds, buffers, epochs, total):
   return ds.batch(total).get_single_element()
 
 
-def examples_of_dataset(dataset: tf.data.Dataset) -> collections.OrderedDict:
+def examples_of_dataset(dataset: tf.data.Dataset, read_batch: int = 4096
+                        ) -> collections.OrderedDict:
   """A client dataset's examples as numpy arrays (first axis: the example), in its order.
 
-  Takes an unbatched dataset of ``OrderedDict`` examples, or a batched one
-  (batches are concatenated). An empty dataset gives arrays with 0 rows of the
-  element spec's shape and dtype.
+  Takes an unbatched dataset of ``OrderedDict`` examples (read ``read_batch``
+  at a time: one iteration per 4,096 examples, not one per example) or a
+  batched one (every feature's first dimension unknown; batches are
+  concatenated). An empty dataset gives arrays with 0 rows of the element
+  spec's shape and dtype.
   """
   spec = dataset.element_spec
+  batched = all(s.shape.rank and s.shape[0] is None for s in spec.values())
+  if not batched:
+    dataset = dataset.batch(read_batch)
   rows = list(dataset.as_numpy_iterator())
   out = collections.OrderedDict()
   for key, s in spec.items():
-    batched = s.shape.rank is not None and s.shape.rank > 0 and s.shape[0] is None
     if rows:
-      parts = [r[key] for r in rows]
-      out[key] = np.concatenate(parts) if batched else np.stack(parts)
+      out[key] = np.concatenate([r[key] for r in rows])
     else:
       shape = s.shape[1:] if batched else s.shape
       out[key] = np.zeros([0] + [int(d or 0) for d in shape], s.dtype.as_numpy_dtype)

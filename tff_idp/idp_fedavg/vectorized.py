@@ -121,6 +121,7 @@ class VectorizedModelDeltaUpdate:
     self._max_chunk_bytes, self._max_chunk_clients = max_chunk_bytes, max_chunk_clients
     with tf.Graph().as_default():
       model = model_fn()
+      input_spec = model.input_spec
       metrics = model.report_local_unfinalized_metrics()
       self.metric_finalizers = model.metric_finalizers()
       self._weight_specs = [tf.TensorSpec(v.shape, v.dtype) for v in model.trainable_variables]
@@ -135,9 +136,24 @@ class VectorizedModelDeltaUpdate:
     self.stats_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
         lambda t: tf.TensorSpec(t.shape, t.dtype), metrics))
     self.metrics_type = self.stats_type
-    self._train = tf.function(self._train_fn, reduce_retracing=True)
+    # One trace for every cohort: the chunk's clients, steps and examples are dynamic.
+    self._train = tf.function(self._train_fn, input_signature=self._signature(input_spec))
 
   # -- the computation --------------------------------------------------------------------
+
+  def _signature(self, input_spec: Mapping[str, tf.TensorSpec]) -> list:
+    """``_train_fn``'s input signature: hparams, weights, examples [rows, ...], index, mask."""
+    if not isinstance(input_spec, Mapping) or set(input_spec) != {"x", "y"}:
+      raise ValueError("client_execution='vectorized' takes batches OrderedDict(x=..., y=...) "
+                       f"(tff_idp.models.input_spec_for); this model's input spec is {input_spec}.")
+    hparams = self._optimizer.get_hparams(self._optimizer.initialize(self._weight_specs))
+    hparams_spec = tf.nest.map_structure(
+        lambda v: tf.TensorSpec.from_tensor(tf.convert_to_tensor(v)), hparams)
+    examples = {k: tf.TensorSpec([None] + s.shape[1:].as_list(), s.dtype)
+                for k, s in input_spec.items()}
+    steps = [None, None, None]
+    return [hparams_spec, list(self._weight_specs), examples,
+            tf.TensorSpec(steps, tf.int32), tf.TensorSpec(steps, tf.float32)]
 
   def _train_fn(self, hparams, initial_weights, examples, index, mask):
     """One chunk: ``(Δ stacked, per-client statistics)`` after every client's local steps."""
@@ -241,7 +257,7 @@ class VectorizedModelDeltaUpdate:
       steps = cohort_stack.stack_steps([examples[i] for i in chunk],
                                        [batches[i] for i in chunk])
       delta, stats = self._train(
-          hparams, trainable, {k: tf.constant(v) for k, v in steps.examples.items()},
+          hparams, trainable, {k: tf.constant(steps.examples[k]) for k in ("x", "y")},
           tf.constant(steps.index), tf.constant(steps.mask))
       delta = [d.numpy() for d in delta]
       stats = {k: v.numpy() for k, v in stats.items()}
