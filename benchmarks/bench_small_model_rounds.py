@@ -259,8 +259,9 @@ def table(res: dict) -> str:
             "|---|" + "---:|" * len(drivers)]
   labels = [("sample_s", "sampling the cohort"), ("client_inputs_s", "building client pipelines"),
             ("next_s", "`process.next`"),
-            ("clients_s", "… of which client training (in process / vectorized)"),
-            ("server_step_s", "… of which the TFF server step (in process / vectorized)"),
+            # "in process" covers the vectorized entry too (its cohort trains in this process).
+            ("clients_s", "… of which client training (in process)"),
+            ("server_step_s", "… of which the TFF server step (in process)"),
             ("ledger_s", "privacy ledger"),
             ("evaluation_s", "evaluation (every 2nd round, averaged over rounds)"),
             ("rest_s", "rest: metrics files, checkpoints, progress")]
