@@ -54,13 +54,15 @@ def define_client_execution() -> None:
   if "client_execution" in flags.FLAGS:
     return
   flags.DEFINE_enum(
-      "client_execution", "auto", ["auto", "in_process", "tff"],
+      "client_execution", "auto", ["auto", "in_process", "vectorized", "tff"],
       "Where IDP-FedAvg and rPDP-FL clients train. in_process: in this process, several "
       "at once (faster for conv nets; the aggregator and server update still run in TFF, "
-      "unchanged); tff: as TFF client computations on the worker(s). auto: tff with "
-      "--workers, --audit_canaries (IDP-FedAvg; rPDP-FL's canary runs always use tff) or a "
-      "model under 10,000 parameters (TFF's concurrent client computations are as fast "
-      "there), in_process otherwise. APES always uses tff.")
+      "unchanged); vectorized (IDP-FedAvg, logreg and MLP): in this process, the whole "
+      "cohort as one computation on stacked weights, the server step unchanged; tff: as "
+      "TFF client computations on the worker(s). auto: tff with --workers or "
+      "--audit_canaries (IDP-FedAvg; rPDP-FL's canary runs always use tff), vectorized "
+      "for IDP-FedAvg's logreg and MLP, tff for other models under 10,000 parameters, "
+      "in_process otherwise. APES always uses tff.")
   flags.DEFINE_integer(
       "parallel_clients", None,
       "With in-process client execution: clients trained at once, each on its own "
@@ -84,10 +86,10 @@ def training_kwargs(v: Optional[dict] = None, audit_canaries: int = 0) -> dict:
   execution = v["client_execution"]
   if execution == "auto" and v["workers"]:
     execution = "tff"
-  elif execution == "in_process" and v["workers"]:
-    raise ValueError("--client_execution=in_process trains the clients in this process, "
+  elif execution in ("in_process", "vectorized") and v["workers"]:
+    raise ValueError(f"--client_execution={execution} trains the clients in this process, "
                      "not on --workers; use --client_execution=tff (or auto) with --workers.")
-  elif execution == "in_process" and audit_canaries:
+  elif execution in ("in_process", "vectorized") and audit_canaries:
     raise ValueError("--audit_canaries needs --client_execution=tff (or auto): the canary "
                      "clients run as TFF client work.")
   if v["parallel_clients"] is not None and execution == "tff":

@@ -109,7 +109,12 @@ def tff_model_fn(keras_builder: Callable[[], tf.keras.Model], input_spec,
                  head: str = "softmax") -> Callable[[], tff.learning.models.VariableModel]:
   """A TFF ``model_fn`` for a logits model: softmax cross-entropy with sparse
   categorical accuracy, or (``head="sigmoid"``) binary cross-entropy with
-  binary accuracy."""
+  binary accuracy.
+
+  The returned function carries ``keras_builder`` and ``head`` as attributes,
+  so the cohort-vectorized client execution can run the same model on stacked
+  per-client weights (:mod:`tff_idp.idp_fedavg.vectorized`).
+  """
   if head not in HEADS:
     raise ValueError(f"head={head!r} must be one of {HEADS}.")
 
@@ -122,6 +127,8 @@ def tff_model_fn(keras_builder: Callable[[], tf.keras.Model], input_spec,
     return tff.learning.models.from_keras_model(
         keras_builder(), loss=loss, input_spec=input_spec, metrics=metrics)
 
+  model_fn.keras_builder = keras_builder
+  model_fn.head = head
   return model_fn
 
 

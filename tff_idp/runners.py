@@ -126,10 +126,12 @@ def run_idp_fedavg(split, *, output_dir: str,
     Defaults: those of ``experiments.idp_fedavg``
     (:data:`tff_idp.idp_fedavg.config.TRAINING_DEFAULTS`), except ``runs``
     and ``seeds``, which the command line sets for its paired comparison.
-    client_execution, parallel_clients: where the clients train ("auto" =
-      "in_process": in this process, ``parallel_clients`` at once; "tff": as
-      TFF client computations, e.g. on a fleet runtime you pass in with
-      ``own_runtime=False``); see ``build_idp_fedavg_driver_process``.
+    client_execution, parallel_clients: where the clients train ("auto";
+      "in_process": in this process, ``parallel_clients`` at once;
+      "vectorized": in this process, the whole cohort at once (logistic
+      regression and MLP); "tff": as TFF client computations, e.g. on a fleet
+      runtime you pass in with ``own_runtime=False``); see
+      ``build_idp_fedavg_driver_process``.
     Other arguments: as the ``experiments.idp_fedavg`` flags of the same names.
   """
   shape, num_classes, rescale = _shape_and_classes(split)

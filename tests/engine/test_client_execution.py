@@ -41,3 +41,18 @@ def test_imports_no_tensorflow():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        check=True).stdout
   assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("requested,parameters,canaries,expected", [
+    ("auto", 610, False, "vectorized"),
+    ("auto", 28_298, False, "vectorized"),
+    ("auto", 610, True, "tff"),
+    ("in_process", 610, False, "in_process"),
+    ("tff", 610, False, "tff"),
+    ("vectorized", None, False, "vectorized"),
+])
+def test_auto_vectorizes_where_the_family_serves_the_model(requested, parameters, canaries,
+                                                           expected):
+  """Issue 35: measured faster for the dense models at every cohort size benchmarked."""
+  assert client_execution.resolve_client_execution(
+      requested, parameters, canaries, vectorizable=True) == expected

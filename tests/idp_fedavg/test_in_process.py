@@ -314,11 +314,12 @@ def test_bad_execution_flags_fail_with_advice(tmp_path):
 def test_library_default_is_the_fast_path_for_the_papers_cnn_and_equals_tff():
   """build_idp_fedavg_driver_process's default picks what the CLI's ``auto`` picks (issue 23).
 
-  The paper's CNN (≥ 10,000 parameters) trains in process; a small MLP as TFF
-  client computations. With the same seeded noise the default (in-process)
-  round equals the TFF round to float tolerance.
+  The paper's CNN (≥ 10,000 parameters) trains in process; a small MLP made by
+  ``models.tff_model_fn`` as one vectorized cohort (issue 35,
+  ``tests/idp_fedavg/test_vectorized.py``). With the same seeded noise the
+  default (in-process) round equals the TFF round to float tolerance.
   """
-  assert not isinstance(_build(MLP_FN, 0.5, "auto"), in_process.InProcessLearningProcess)
+  assert _build(MLP_FN, 0.5, "auto").cohort_update is not None
   model_fn = _cnn_fn()
   tff_cnn = _build(model_fn, 0.5, "tff")
   # Built last: Keras invalidates models made outside a graph once another

@@ -28,13 +28,23 @@ from __future__ import annotations
 
 import collections
 from concurrent import futures
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp.engine import client_execution
+
+
+class CohortUpdate(Protocol):
+  """A whole cohort's local training in this process at once (the vectorized execution)."""
+
+  stats_type: tff.types.Type
+
+  def __call__(self, hparams: Any, initial_weights: Any, client_inputs: Sequence[Any]
+               ) -> list[tuple[Any, np.float32, Any]]:
+    """Per client, in order: (update as numpy arrays, update weight, statistics)."""
 
 
 class ClientUpdate(Protocol):
@@ -56,23 +66,29 @@ def num_trainable_parameters(model_fn: Callable[[], Any]) -> int:
 
 
 def resolve_for_model(requested: str, model_fn: Callable[[], Any], canaries: str,
-                      parallel_clients: Any) -> str:
+                      parallel_clients: Any, vectorizable: bool = False) -> str:
   """A builder's ``client_execution`` resolved and checked (the families' one preamble).
 
   ``auto`` follows :func:`tff_idp.engine.client_execution.resolve_client_execution`
-  with the model's parameter count. ``canaries`` names the audit's canaries the
-  process carries ("" if none); they run as TFF client work only, so
-  ``"in_process"`` with canaries is refused. ``parallel_clients`` must be None
-  or a whole number ≥ 1.
+  with the model's parameter count and ``vectorizable`` (the family has a
+  vectorized client update for this model). ``canaries`` names the audit's
+  canaries the process carries ("" if none); they run as TFF client work
+  only, so ``"in_process"`` or ``"vectorized"`` with canaries is refused, as
+  is ``"vectorized"`` where it is not served. ``parallel_clients`` must be
+  None or a whole number ≥ 1.
   """
   execution = client_execution.resolve_client_execution(
       requested, num_trainable_parameters(model_fn) if requested == "auto" else None,
-      canaries=bool(canaries))
+      canaries=bool(canaries), vectorizable=vectorizable)
   if parallel_clients is not None:
     client_execution.check_parallel_clients(parallel_clients)
-  if execution == "in_process" and canaries:
-    raise ValueError(f"client_execution='in_process' does not run {canaries}; build the "
+  if execution in ("in_process", "vectorized") and canaries:
+    raise ValueError(f"client_execution={execution!r} does not run {canaries}; build the "
                      "audit process with client_execution='tff'.")
+  if execution == "vectorized" and not vectorizable:
+    raise ValueError("client_execution='vectorized' serves IDP-FedAvg with models of Dense "
+                     "layers built by tff_idp.models.tff_model_fn (the logistic regression, "
+                     "the MLP); use client_execution='in_process' or 'tff' here.")
   return execution
 
 
@@ -131,7 +147,10 @@ class InProcessLearningProcess:
   client trained at once; each is called with the client work's state as its
   ``hparams``. ``next_client_work_state`` gives the client work's state after
   a round, as the reference's client work ``next`` does (identity by default;
-  rPDP-FL advances its round counter). Client ``i`` of a cohort always goes to copy
+  rPDP-FL advances its round counter). ``cohort_update`` (a
+  :class:`CohortUpdate`), when given, trains every round's whole cohort
+  instead (issue 35's vectorized execution; ``client_updates`` is then
+  empty). Client ``i`` of a cohort always goes to copy
   ``i mod k``, and each copy trains its clients in cohort order, one thread
   per copy: which copy trains which client never depends on timing, so a
   model with seeded stateful random ops (Dropout) draws the same masks in
@@ -140,9 +159,11 @@ class InProcessLearningProcess:
 
   def __init__(self, reference: tff.learning.templates.LearningProcess,
                client_updates: Sequence[ClientUpdate], server_step: tff.Computation,
-               next_client_work_state: Callable[[Any], Any] = lambda state: state):
-    if not client_updates:
+               next_client_work_state: Callable[[Any], Any] = lambda state: state,
+               cohort_update: Optional[CohortUpdate] = None):
+    if not client_updates and cohort_update is None:
       raise ValueError("an in-process learning process needs at least one client update.")
+    self.cohort_update = cohort_update
     self.reference = reference
     self.client_updates = list(client_updates)
     self.server_step = server_step
@@ -161,6 +182,8 @@ class InProcessLearningProcess:
     return len(self.client_updates)
 
   def _train_clients(self, hparams: Any, weights: Any, client_data: Sequence[Any]) -> list:
+    if self.cohort_update is not None:
+      return self.cohort_update(hparams, weights, client_data)
     # Converted once per round, not once per client.
     hparams = tf.nest.map_structure(tf.convert_to_tensor, hparams)
     weights = tf.nest.map_structure(tf.convert_to_tensor, weights)

@@ -78,9 +78,10 @@ class TrainingConfig:
   audit_seed: int = 0
   # Where the clients train (``build_idp_fedavg_driver_process(client_execution=)``):
   # "in_process" (this process, ``parallel_clients`` at once; the aggregator
-  # and server update run in TFF) or "tff" (TFF client computations). "auto":
-  # tff when auditing (canary clients are TFF client work) or for a model
-  # under ``IN_PROCESS_MIN_PARAMETERS``, else in_process.
+  # and server update run in TFF), "vectorized" (this process, the whole cohort
+  # at once; dense models) or "tff" (TFF client computations). "auto": tff when
+  # auditing (canary clients are TFF client work), vectorized for dense models,
+  # tff for other models under ``IN_PROCESS_MIN_PARAMETERS``, else in_process.
   client_execution: str = "auto"
   parallel_clients: Optional[int] = None
 
@@ -98,7 +99,7 @@ def check_settings(config: TrainingConfig) -> None:
   if config.client_execution not in ("auto",) + CLIENT_EXECUTIONS:
     raise ValueError(f"client_execution={config.client_execution!r} must be auto, "
                      f"{' or '.join(CLIENT_EXECUTIONS)}.")
-  if config.client_execution == "in_process" and config.audit_canaries:
+  if config.client_execution in ("in_process", "vectorized") and config.audit_canaries:
     raise ValueError("the audit's canary clients run as TFF client work: use "
                      "client_execution='tff' (or 'auto') with audit_canaries.")
   if config.parallel_clients is not None:

@@ -145,11 +145,14 @@ def _single_value(dataset: tf.data.Dataset) -> float:
 
 def build_server_step(aggregator: tff.templates.AggregationProcess,
                       finalizer: tff.learning.templates.FinalizerProcess,
-                      client_update: ModelDeltaClientUpdate) -> tff.Computation:
+                      client_update: Any) -> tff.Computation:
   """The engine's server step with the training metrics TFF's model-delta client work reports.
 
   ``tff.learning.metrics.sum_then_finalize`` over the clients' unfinalized
   metrics (:func:`tff_idp.engine.in_process_round.build_server_step`).
+  ``client_update`` is a :class:`ModelDeltaClientUpdate` or a
+  :class:`~tff_idp.idp_fedavg.vectorized.VectorizedModelDeltaUpdate` (both
+  give ``stats_type`` and ``metric_finalizers``).
   """
   return in_process_round.build_server_step(
       aggregator, finalizer, client_update.stats_type,

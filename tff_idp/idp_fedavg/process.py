@@ -28,6 +28,7 @@ from tff_idp.engine.tff_composition import map_client_results
 from tff_idp.engine import in_process_round
 from tff_idp.idp_fedavg.aggregators import AdaptiveClipDPMeanFactory
 from tff_idp.idp_fedavg import in_process
+from tff_idp.idp_fedavg import vectorized
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
@@ -150,21 +151,27 @@ def build_idp_fedavg_driver_process(
       client computations; ``"in_process"`` trains them in this Python
       process and runs the same aggregator and server update in TFF
       (:mod:`tff_idp.idp_fedavg.in_process`: same state, same results within
-      float tolerance, faster). Not with ``canary_client_work``. The default
-      ``"auto"`` picks the way the experiments' ``--client_execution=auto``
-      does (:func:`~tff_idp.idp_fedavg.in_process.resolve_client_execution`):
-      in process from 10,000 trainable parameters up (the paper's CNN), TFF
-      client computations for smaller models and with canaries. Build an
+      float tolerance, faster). ``"vectorized"`` trains the whole cohort at
+      once on stacked weights (:mod:`tff_idp.idp_fedavg.vectorized`; models
+      of Dense layers made by :func:`tff_idp.models.tff_model_fn`), with the
+      same aggregator and server update in TFF. Neither with
+      ``canary_client_work``. The default ``"auto"`` picks the way the
+      experiments' ``--client_execution=auto`` does
+      (:func:`~tff_idp.idp_fedavg.in_process.resolve_client_execution`): TFF
+      client computations with canaries, vectorized where the model is
+      served, in process from 10,000 trainable parameters up (the paper's
+      CNN), TFF client computations for other small models. Build an
       in-process process after any other TFF process you build: Keras
       invalidates models made outside a graph once another model is made
       inside one, as every TFF builder does.
     parallel_clients: in-process only: clients trained at once, each on its
-      own model copy (default :func:`tff_idp.idp_fedavg.in_process.default_parallel_clients`).
+      own model copy (default :func:`tff_idp.idp_fedavg.in_process.default_parallel_clients`);
+      the vectorized execution trains the cohort at once and ignores it.
   """
   client_execution = in_process_round.resolve_for_model(
       client_execution, model_fn,
       "the audit's canary clients" if canary_client_work is not None else "",
-      parallel_clients)
+      parallel_clients, vectorizable=vectorized.vectorizable(model_fn))
   process = _build_tff_process(
       model_fn, client_optimizer=client_optimizer, server_optimizer=server_optimizer,
       noise_multiplier=noise_multiplier,
@@ -178,14 +185,20 @@ def build_idp_fedavg_driver_process(
                else tff.learning.ClientWeighting.UNIFORM)
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  aggregator = factory.create(weights_type.trainable, tff.TensorType(np.float32))
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                                     weights_type)
+  if client_execution == "vectorized":
+    cohort_update = vectorized.VectorizedModelDeltaUpdate(
+        model_fn, client_optimizer, weighting, clip_scale=per_client_clip_scale)
+    return in_process.InProcessLearningProcess(
+        process, [], in_process.build_server_step(aggregator, finalizer, cohort_update),
+        cohort_update=cohort_update)
   copies = parallel_clients or in_process.default_parallel_clients()
   client_updates = [in_process.ModelDeltaClientUpdate(model_fn, client_optimizer, weighting,
                                                      clip_scale=per_client_clip_scale)
                     for _ in range(copies)]
-  server_step = in_process.build_server_step(
-      factory.create(weights_type.trainable, tff.TensorType(np.float32)),
-      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type),
-      client_updates[0])
+  server_step = in_process.build_server_step(aggregator, finalizer, client_updates[0])
   return in_process.InProcessLearningProcess(process, client_updates, server_step)
 
 

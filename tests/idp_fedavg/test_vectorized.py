@@ -1,0 +1,211 @@
+"""The cohort-vectorized client execution (issue 35) equals the per-client rounds.
+
+Both processes start from the same state and get the same clients: the
+per-client process each client's ``tf.data`` pipeline
+(``ClientArrays.dataset()``, the recipe the runs use), the vectorized one the
+same ``ClientArrays`` (or the same pipelines). The server step, the DP
+aggregator with its noise from the state's seed, is shared code, so states
+and metrics agree to float tolerance round after round. Clients differ in
+size (0 to 13 examples, so in local steps), a cohort of one is included, and
+SCALE's clip scales ride along.
+"""
+import collections
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+tff = pytest.importorskip("tensorflow_federated")
+
+from tff_idp import models  # pylint: disable=g-import-not-at-top
+from tff_idp.engine.cohort_arrays import ClientArrays
+from tff_idp.engine.in_process_round import InProcessLearningProcess
+from tff_idp.errors import ClientInputError
+from tff_idp.idp_fedavg import process as process_lib
+from tff_idp.idp_fedavg import vectorized
+
+from tests import tree_checks  # pylint: disable=g-bad-import-order
+
+pytestmark = pytest.mark.usefixtures("tff_runtime")
+
+ATOL = 1e-5
+SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 6], tf.float32),
+                               y=tf.TensorSpec([None], tf.int32))
+MLP_FN = models.tff_model_fn(lambda: models.build_mlp(6, 3, hidden=8), SPEC)
+LOGREG_FN = models.tff_model_fn(lambda: models.build_logistic_regression(6, 3), SPEC)
+BINARY_FN = models.tff_model_fn(lambda: models.build_mlp(6, 2, hidden=5, head="sigmoid"),
+                                SPEC, head="sigmoid")
+SIZES = (13, 0, 4, 7, 1, 9)
+
+
+def _clients(round_num, sizes=SIZES, classes=3, epochs=2, batch=4):
+  out = []
+  for i, n in enumerate(sizes):
+    rng = np.random.default_rng(100 * round_num + i)
+    out.append(ClientArrays(
+        collections.OrderedDict(x=rng.normal(size=(n, 6)).astype(np.float32),
+                                y=rng.integers(0, classes, n).astype(np.int32)),
+        shuffle_seed=7 * round_num + i, epochs=epochs, batch_size=batch))
+  return out
+
+
+def _build(model_fn, noise, execution, scale=False, optimizer=None):
+  return process_lib.build_idp_fedavg_driver_process(
+      model_fn, client_optimizer=optimizer or tff.learning.optimizers.build_adam(0.01),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      noise_multiplier=noise, expected_clients_per_round=5, per_client_clip_scale=scale,
+      aggregator_kwargs=dict(noise_seed=11, clipped_count_stddev=1.0)
+      if noise is not None else None,
+      client_execution=execution, parallel_clients=1)
+
+
+def _compare(model_fn, noise, inputs_for, reference="in_process", rounds=2, **kwargs):
+  """The vectorized process is built first: building any process after an in-process one
+  would invalidate the in-process process's Keras models (its builder's docstring)."""
+  candidate = _build(model_fn, noise, "vectorized", **kwargs)
+  _rounds(_build(model_fn, noise, reference, **kwargs), candidate, inputs_for, rounds)
+
+
+def _rounds(reference, candidate, inputs_for, rounds=2):
+  """Both processes from the same state; the states and metrics agree every round."""
+  state = reference.initialize()
+  other = state
+  for r in range(rounds):
+    ref = reference.next(state, inputs_for(r, False))
+    out = candidate.next(other, inputs_for(r, True))
+    tree_checks.assert_trees_close(ref.state, out.state, ATOL)
+    assert tf.nest.map_structure(lambda *_: None, ref.metrics) == \
+        tf.nest.map_structure(lambda *_: None, out.metrics)
+    tree_checks.assert_trees_close(ref.metrics, out.metrics, ATOL)
+    state, other = ref.state, out.state
+
+
+def _plain(clients_for):
+  """Round inputs: the pipelines for the per-client process, arrays for the vectorized one."""
+  return lambda r, vec: [c if vec else c.dataset() for c in clients_for(r)]
+
+
+@pytest.mark.parametrize("noise", [None, 0.5], ids=["nonprivate", "dp_sample"])
+def test_mlp_rounds_equal_the_per_client_rounds(noise):
+  _compare(MLP_FN, noise, _plain(_clients), rounds=3)
+
+
+def test_dp_round_equals_the_tff_round():
+  _compare(LOGREG_FN, 0.5, _plain(_clients), reference="tff")
+
+
+def test_scale_rounds_equal_the_per_client_rounds():
+  scales = [0.25, 1.0, 0.5, 0.75, 0.1, 0.6]
+
+  def inputs(r, vec):
+    return [collections.OrderedDict(data=c, clip_scale=s) if vec
+            else process_lib.scaled_client_data(c.dataset(), s)
+            for c, s in zip(_clients(r), scales)]
+
+  _compare(MLP_FN, 0.5, inputs, scale=True)
+
+
+@pytest.mark.parametrize("sizes", [(5,), (0,), (0, 0, 3)], ids=["one", "one_empty", "empties"])
+def test_a_cohort_of_one_and_empty_clients(sizes):
+  _compare(MLP_FN, 0.5, _plain(lambda r: _clients(r, sizes)))
+
+
+def test_sigmoid_head_and_momentum_sgd():
+  sgdm = tff.learning.optimizers.build_sgdm(0.1, momentum=0.9)
+  _compare(BINARY_FN, None, _plain(lambda r: _clients(r, classes=2)), optimizer=sgdm)
+
+
+def test_dataset_inputs_train_in_their_iteration_order():
+  """A pipeline given to the vectorized process trains as the per-client process trains it,
+  uneven batches included (batched before repeat: a short batch at each epoch's end)."""
+  def inputs(r, vec):
+    del vec
+    return [tf.data.Dataset.from_tensor_slices(collections.OrderedDict(c.examples))
+            .batch(3).repeat(2) for c in _clients(r)]
+
+  _compare(MLP_FN, 0.5, inputs)
+
+
+def _update(chunk_clients=None, weighting=tff.learning.ClientWeighting.UNIFORM):
+  kwargs = {} if chunk_clients is None else dict(max_chunk_clients=chunk_clients)
+  return vectorized.VectorizedModelDeltaUpdate(
+      MLP_FN, tff.learning.optimizers.build_adam(0.01), weighting, **kwargs)
+
+
+def _start():
+  process = _build(MLP_FN, None, "vectorized")
+  state = process.initialize()
+  return state.client_work, state.global_model_weights
+
+
+def test_chunking_does_not_change_any_client():
+  hparams, weights = _start()
+  clients = _clients(0)
+  whole = _update()(hparams, weights, clients)
+  for size in (1, 4):
+    tree_checks.assert_trees_close(whole, _update(size)(hparams, weights, clients), 1e-6)
+
+
+def test_each_client_equals_its_training_alone():
+  """A client's result does not depend on who else is in its cohort."""
+  hparams, weights = _start()
+  clients = _clients(1)
+  update = _update(weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+  together = update(hparams, weights, clients)
+  for client, result in zip(clients, together):
+    tree_checks.assert_trees_close(result, update(hparams, weights, [client])[0], 1e-6)
+  assert [float(r[1]) for r in together] == [float(n) * 2 for n in SIZES]
+
+
+def test_a_non_finite_client_is_zeroed_with_weight_zero_alone():
+  hparams, weights = _start()
+  clients = _clients(0)
+  bad = collections.OrderedDict(x=np.full((4, 6), np.nan, np.float32),
+                                y=np.zeros(4, np.int32))
+  clients[2] = ClientArrays(bad, shuffle_seed=None, epochs=1, batch_size=4)
+  results = _update()(hparams, weights, clients)
+  assert all(not np.any(d) for d in results[2][0]) and results[2][1] == 0.0
+  assert results[2][2]["num_examples"] == [0]
+  alone = _update()(hparams, weights, clients[:2])
+  tree_checks.assert_trees_close(results[:2], alone, 1e-6)
+
+
+def test_scale_inputs_are_required_and_refused_as_in_the_per_client_path():
+  process = _build(MLP_FN, 0.5, "vectorized", scale=True)
+  with pytest.raises(ClientInputError, match="scaled_client_data"):
+    process.next(process.initialize(), _clients(0))
+  plain = _build(MLP_FN, 0.5, "vectorized")
+  with pytest.raises(ClientInputError, match="per_client_clip_scale"):
+    plain.next(plain.initialize(),
+               [collections.OrderedDict(data=c, clip_scale=0.5) for c in _clients(0)])
+  with pytest.raises(ClientInputError, match="ClientArrays"):
+    plain.next(plain.initialize(), [np.zeros(3)])
+
+
+def test_auto_vectorizes_dense_models_and_not_the_cnn_or_audits():
+  assert isinstance(_build(MLP_FN, 0.5, "auto"), InProcessLearningProcess)
+  assert _build(MLP_FN, 0.5, "auto").cohort_update is not None
+  assert vectorized.vectorizable(LOGREG_FN) and vectorized.vectorizable(BINARY_FN)
+  cnn_fn = models.tff_model_fn(lambda: models.build_idp_fedavg_cnn((24, 24, 1), 3),
+                               collections.OrderedDict(
+                                   x=tf.TensorSpec([None, 24, 24, 1], tf.float32),
+                                   y=tf.TensorSpec([None], tf.int32)))
+  assert not vectorized.vectorizable(cnn_fn)
+  plain_fn = lambda: MLP_FN()  # pylint: disable=unnecessary-lambda
+  assert not vectorized.vectorizable(plain_fn)  # no Keras builder recorded
+  with pytest.raises(ValueError, match="vectorized"):
+    _build(cnn_fn, 0.5, "vectorized")
+  with pytest.raises(ValueError, match="canary"):
+    process_lib.build_idp_fedavg_driver_process(
+        MLP_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer=tff.learning.optimizers.build_sgdm(1.0), noise_multiplier=0.5,
+        expected_clients_per_round=5, canary_client_work=lambda w: w,
+        client_execution="vectorized")
+
+
+def test_the_public_builder_stays_a_native_learning_process():
+  process = process_lib.build_idp_fedavg_process(
+      MLP_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), noise_multiplier=0.5,
+      expected_clients_per_round=5, aggregator_kwargs=dict(clipped_count_stddev=1.0))
+  assert isinstance(process, tff.learning.templates.LearningProcess)

@@ -1,0 +1,333 @@
+"""IDP-FedAvg's cohort-vectorized client update: a whole round's local training at once (issue 35).
+
+IDP-FedAvg Alg. 2, the clients' ``LocalUpdate`` (ClientUpdate, lines 12-17),
+for every sampled client of a round in one computation per chunk of the
+cohort, instead of one ``tf.function`` call per client
+(:class:`tff_idp.idp_fedavg.in_process.ModelDeltaClientUpdate`). Each client's
+result is what it is alone, within float tolerance
+(``tests/idp_fedavg/test_vectorized.py``):
+
+* its own data, in its own order: :class:`~tff_idp.engine.cohort_arrays.ClientArrays`
+  orders come from the client's own shuffle seed (one ``tf.data`` pipeline
+  per cohort, :func:`~tff_idp.engine.cohort_arrays.cohort_orders`); a
+  ``tf.data.Dataset`` input is trained in its iteration order;
+* its own number of local steps and epochs: step s of the chunk is taken by
+  the clients that have a step s; the others hold weights and optimizer state
+  (:mod:`tff_idp.engine.cohort_stack`: padding is masked out of the loss, the
+  gradient and every metric);
+* its own update, weight and metrics: Δ = initial − final, zeroed with weight 0
+  and zero metrics if any entry is not finite (as TFF's model-delta client
+  work); weight 1 (``UNIFORM``), its example count (``NUM_EXAMPLES``) or its
+  SCALE clip scale.
+
+There is no randomness in this local training (dense models, no Dropout) and
+no privacy step: per-client clipping, the noised sum and the adaptive clip's
+noised count run in the unchanged TFF server step
+(:func:`tff_idp.engine.in_process_round.build_server_step`), once per round,
+as in the per-client executions. The client optimizer is any element-wise
+``tff.learning.optimizers`` optimizer (SGD with or without momentum, Adam,
+...), run on stacked weights: its per-weight state is stacked and held where
+a client takes no step; its scalar step count is shared, which is exact
+because every client's steps are a prefix of the chunk's.
+
+Models served: :class:`~tff_idp.engine.stacked_dense.StackedDenseModel`
+(the logistic regression and the MLP of :mod:`tff_idp.models`, built by
+:func:`tff_idp.models.tff_model_fn`, which records its Keras builder and head
+on the ``model_fn``); :func:`vectorizable` says whether a ``model_fn`` is one.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_idp.engine import cohort_arrays
+from tff_idp.engine import cohort_stack
+from tff_idp.engine.stacked_dense import StackedDenseModel
+from tff_idp.errors import ClientInputError
+
+ModelFn = Callable[[], tff.learning.models.VariableModel]
+SCALE_KEY = "clip_scale"
+DATA_KEY = "data"
+_ACCURACY = {"softmax": "sparse_categorical_accuracy", "sigmoid": "binary_accuracy"}
+_METRIC_KEYS = ("loss", "num_examples", "num_batches")
+
+
+def stacked_model_of(model_fn: Any) -> Optional[tuple[StackedDenseModel, str]]:
+  """(stacked model, head) of a ``tff_idp.models.tff_model_fn`` model of dense layers; else None."""
+  builder = getattr(model_fn, "keras_builder", None)
+  head = getattr(model_fn, "head", None)
+  if builder is None or head not in _ACCURACY:
+    return None
+  with tf.Graph().as_default():  # Keras models made in a graph leave eager ones valid
+    stacked = StackedDenseModel.from_keras(builder())
+  return None if stacked is None else (stacked, head)
+
+
+def vectorizable(model_fn: Any) -> bool:
+  """Whether :class:`VectorizedModelDeltaUpdate` serves ``model_fn`` (module docstring)."""
+  return stacked_model_of(model_fn) is not None
+
+
+def _per_example_loss_and_correct(head: str, labels: tf.Tensor, logits: tf.Tensor
+                                  ) -> tuple[tf.Tensor, tf.Tensor]:
+  """``[clients, batch]`` losses and 0/1 correctness, as the head's Keras loss and accuracy."""
+  if head == "sigmoid":
+    z = logits[..., 0]
+    y = tf.cast(tf.reshape(labels, tf.shape(z)), z.dtype)
+    loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z)
+    correct = tf.cast(tf.equal(tf.cast(z > 0, y.dtype), y), tf.float32)
+    return loss, correct
+  loss = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+  predicted = tf.argmax(logits, axis=-1, output_type=tf.int64)
+  correct = tf.cast(tf.equal(predicted, tf.cast(labels, tf.int64)), tf.float32)
+  return loss, correct
+
+
+def _hold(active: tf.Tensor, new: tf.Tensor, old: tf.Tensor) -> tf.Tensor:
+  """``new`` for the clients taking this step, ``old`` for the others (leading client axis)."""
+  if new.shape.rank == 0:
+    return new  # a shared scalar (a step count or a hyperparameter)
+  shape = tf.concat([tf.shape(active), tf.ones([new.shape.rank - 1], tf.int32)], 0)
+  return tf.where(tf.reshape(active, shape), new, old)
+
+
+class VectorizedModelDeltaUpdate:
+  """A cohort's IDP-FedAvg local training in one computation per chunk (module docstring).
+
+  Called as ``update(hparams, initial_weights, client_inputs)`` with the
+  client work's state as ``hparams`` and the round's client inputs; returns
+  one ``(Δ as numpy arrays, update weight, unfinalized metrics)`` per client,
+  in order, as :class:`~tff_idp.idp_fedavg.in_process.ModelDeltaClientUpdate`
+  returns for one client. ``max_chunk_bytes`` / ``max_chunk_clients`` bound a
+  chunk's memory (:func:`tff_idp.engine.cohort_stack.plan_chunks`).
+  """
+
+  def __init__(self, model_fn: ModelFn, optimizer: tff.learning.optimizers.Optimizer,
+               weighting: tff.learning.ClientWeighting, clip_scale: bool = False,
+               max_chunk_bytes: int = cohort_stack.DEFAULT_MAX_CHUNK_BYTES,
+               max_chunk_clients: int = cohort_stack.DEFAULT_MAX_CHUNK_CLIENTS):
+    served = stacked_model_of(model_fn)
+    if served is None:
+      raise ValueError("client_execution='vectorized' serves models of Dense layers built by "
+                       "tff_idp.models.tff_model_fn (the logistic regression, the MLP); use "
+                       "client_execution='in_process' or 'tff' for this model.")
+    self._stacked, self._head = served
+    self._optimizer, self._weighting = optimizer, weighting
+    self._clip_scale = bool(clip_scale)
+    self._max_chunk_bytes, self._max_chunk_clients = max_chunk_bytes, max_chunk_clients
+    with tf.Graph().as_default():
+      model = model_fn()
+      input_spec = model.input_spec
+      metrics = model.report_local_unfinalized_metrics()
+      self.metric_finalizers = model.metric_finalizers()
+      self._weight_specs = [tf.TensorSpec(v.shape, v.dtype) for v in model.trainable_variables]
+      self._widest = max([int(np.prod(v.shape[1:])) for v in model.trainable_variables]
+                         + [1])
+    self._accuracy_key = _ACCURACY[self._head]
+    if set(metrics) != {self._accuracy_key, *_METRIC_KEYS}:
+      raise ValueError(f"client_execution='vectorized' computes the metrics "
+                       f"{[self._accuracy_key, *_METRIC_KEYS]}; this model reports "
+                       f"{list(metrics)}. Use client_execution='in_process'.")
+    self._metric_names = list(metrics)
+    self.stats_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
+        lambda t: tf.TensorSpec(t.shape, t.dtype), metrics))
+    self.metrics_type = self.stats_type
+    # One trace for every cohort: the chunk's clients, steps and examples are dynamic.
+    self._train = tf.function(self._train_fn, input_signature=self._signature(input_spec))
+
+  # -- the computation --------------------------------------------------------------------
+
+  def _signature(self, input_spec: Mapping[str, tf.TensorSpec]) -> list:
+    """``_train_fn``'s input signature: hparams, weights, examples [rows, ...], index, mask."""
+    if not isinstance(input_spec, Mapping) or set(input_spec) != {"x", "y"}:
+      raise ValueError("client_execution='vectorized' takes batches OrderedDict(x=..., y=...) "
+                       f"(tff_idp.models.input_spec_for); this model's input spec is {input_spec}.")
+    hparams = self._optimizer.get_hparams(self._optimizer.initialize(self._weight_specs))
+    hparams_spec = tf.nest.map_structure(
+        lambda v: tf.TensorSpec.from_tensor(tf.convert_to_tensor(v)), hparams)
+    examples = {k: tf.TensorSpec([None] + s.shape[1:].as_list(), s.dtype)
+                for k, s in input_spec.items()}
+    steps = [None, None, None]
+    return [hparams_spec, list(self._weight_specs), examples,
+            tf.TensorSpec(steps, tf.int32), tf.TensorSpec(steps, tf.float32)]
+
+  def _train_fn(self, hparams, initial_weights, examples, index, mask):
+    """One chunk: ``(Δ stacked, per-client statistics)`` after every client's local steps."""
+    num_clients = tf.shape(index)[0]
+    weights = [tf.broadcast_to(w[tf.newaxis], tf.concat([[num_clients], tf.shape(w)], 0))
+               for w in initial_weights]
+    # The optimizer's per-weight state is stacked like the weights (a dynamic client axis).
+    specs = tuple(_StackedSpec(tf.shape(w), w.dtype) for w in weights)
+    state = self._optimizer.set_hparams(self._optimizer.initialize(specs), hparams)
+    zeros = tf.zeros([num_clients], tf.float32)
+    loss_total, correct_total, count = zeros, zeros, zeros
+    batches = tf.zeros([num_clients], tf.int64)
+    for s in tf.range(tf.shape(index)[1]):
+      rows, real = index[:, s], mask[:, s]
+      n = tf.reduce_sum(real, axis=1)
+      active = n > 0
+      x = tf.gather(examples["x"], rows)
+      y = tf.gather(examples["y"], rows)
+      with tf.GradientTape() as tape:
+        tape.watch(weights)
+        logits = self._stacked.forward(weights, x)
+        per_example, correct = _per_example_loss_and_correct(self._head, y, logits)
+        batch_loss = tf.reduce_sum(per_example * real, axis=1) / tf.maximum(n, 1.0)
+        total = tf.reduce_sum(batch_loss)
+      gradients = tape.gradient(total, weights)
+      new_state, updated = self._optimizer.next(state, tuple(weights), tuple(gradients))
+      weights = [_hold(active, u, w) for u, w in zip(updated, weights)]
+      state = tf.nest.map_structure(lambda a, b: _hold(active, a, b), new_state, state)
+      loss_total += batch_loss * n
+      correct_total += tf.reduce_sum(correct * real, axis=1)
+      count += n
+      batches += tf.cast(active, tf.int64)
+    delta = [w0[tf.newaxis] - w for w0, w in zip(initial_weights, weights)]
+    finite = tf.ones([num_clients], tf.bool)
+    for d in delta:
+      finite &= tf.reduce_all(tf.reshape(tf.math.is_finite(d), [num_clients, -1]), axis=1)
+    delta = [_hold(finite, d, tf.zeros_like(d)) for d in delta]
+    stats = collections.OrderedDict(
+        loss_total=loss_total, correct_total=correct_total, count=count,
+        num_batches=batches, finite=finite)
+    return delta, stats
+
+  # -- inputs -----------------------------------------------------------------------------
+
+  def _unwrap(self, client_input: Any) -> tuple[Any, Optional[float]]:
+    """(data, clip scale or None), refusing what the per-client update refuses."""
+    is_scaled = isinstance(client_input, Mapping) and set(client_input) == {DATA_KEY, SCALE_KEY}
+    if self._clip_scale and not is_scaled:
+      raise ClientInputError(
+          "this SCALE process (per_client_clip_scale=True) needs every client's input "
+          "wrapped with its clip scale: tff_idp.scaled_client_data(dataset, clip_scale); got "
+          f"{type(client_input).__name__}.")
+    data = client_input[DATA_KEY] if is_scaled else client_input
+    if not self._clip_scale and is_scaled:
+      raise ClientInputError(
+          "this process takes each client's data as is; got a SCALE input (scaled_client_data "
+          "is for per_client_clip_scale=True only).")
+    if not isinstance(data, (tf.data.Dataset, cohort_arrays.ClientArrays)):
+      raise ClientInputError(
+          "the vectorized client execution takes each client's tf.data.Dataset or "
+          f"tff_idp.engine.cohort_arrays.ClientArrays; got {type(data).__name__}.")
+    return data, (_scale_value(client_input[SCALE_KEY]) if is_scaled else None)
+
+  def _batches(self, data: Sequence[Any]) -> tuple[list, list]:
+    """Every client's examples and local-step batches (index arrays into its examples)."""
+    examples: list = [None] * len(data)
+    batches: list = [None] * len(data)
+    arrays = [i for i, d in enumerate(data) if isinstance(d, cohort_arrays.ClientArrays)]
+    orders = cohort_arrays.cohort_orders([data[i] for i in arrays])
+    for i, order in zip(arrays, orders):
+      examples[i] = data[i].examples
+      batches[i] = cohort_stack.order_batches(order, data[i].batch_size)
+    for i, d in enumerate(data):
+      if examples[i] is None:
+        examples[i], batches[i] = _dataset_batches(d)
+    return examples, batches
+
+  def _bytes_per_client(self, batches: Sequence[list]) -> int:
+    """Stacked weights and optimizer state (≤ 4 copies) and one step's activations, per client."""
+    params = sum(int(np.prod(s.shape)) for s in self._weight_specs)
+    width = max([len(b) for client in batches for b in client] + [1])
+    return 4 * (4 * params + 4 * width * self._widest)
+
+  # -- the call ---------------------------------------------------------------------------
+
+  def __call__(self, hparams: Any, initial_weights: Any, client_inputs: Sequence[Any]
+               ) -> list[tuple[Any, np.float32, Any]]:
+    """Per client, in order: (Δ as numpy arrays, update weight, unfinalized metrics)."""
+    unwrapped = [self._unwrap(c) for c in client_inputs]
+    data = [d for d, _ in unwrapped]
+    if not data:
+      return []
+    hparams = tf.nest.map_structure(tf.convert_to_tensor, hparams)
+    trainable = [tf.convert_to_tensor(w) for w in _trainable_of(initial_weights)]
+    examples, batches = self._batches(data)
+    results: list = [None] * len(data)
+    chunks = cohort_stack.plan_chunks([len(b) for b in batches],
+                                      self._bytes_per_client(batches),
+                                      self._max_chunk_bytes, self._max_chunk_clients)
+    for chunk in chunks:
+      steps = cohort_stack.stack_steps([examples[i] for i in chunk],
+                                       [batches[i] for i in chunk])
+      delta, stats = self._train(
+          hparams, trainable, {k: tf.constant(steps.examples[k]) for k in ("x", "y")},
+          tf.constant(steps.index), tf.constant(steps.mask))
+      delta = [d.numpy() for d in delta]
+      stats = {k: v.numpy() for k, v in stats.items()}
+      for j, i in enumerate(chunk):
+        results[i] = self._client_result(
+            [d[j] for d in delta], {k: v[j] for k, v in stats.items()}, unwrapped[i][1])
+    return results
+
+  def _client_result(self, delta: list, stats: Mapping[str, Any], scale: Optional[float]
+                     ) -> tuple[list, np.float32, collections.OrderedDict]:
+    finite = bool(stats["finite"])
+    count = np.float32(stats["count"]) if finite else np.float32(0.0)
+    examples = np.int64(stats["count"]) if finite else np.int64(0)
+    values = {
+        self._accuracy_key: [np.float32(stats["correct_total"] if finite else 0.0), count],
+        "loss": [np.float32(stats["loss_total"] if finite else 0.0), count],
+        "num_examples": [examples],
+        "num_batches": [np.int64(stats["num_batches"]) if finite else np.int64(0)]}
+    metrics = collections.OrderedDict((k, values[k]) for k in self._metric_names)
+    if scale is not None:
+      weight = np.float32(scale)
+    elif not finite:
+      weight = np.float32(0.0)
+    elif self._weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
+      weight = np.float32(examples)
+    else:
+      weight = np.float32(1.0)
+    return delta, weight, metrics
+
+
+class _StackedSpec:
+  """A weight spec whose shape is a tensor (the stacked weights' dynamic client axis).
+
+  A plain class, not a namedtuple: ``tf.nest`` must treat it as one leaf.
+  """
+
+  def __init__(self, shape: tf.Tensor, dtype: tf.DType):
+    self.shape, self.dtype = shape, dtype
+
+
+def _trainable_of(weights: Any) -> list:
+  """The trainable weights of a ``ModelWeights`` (or of a plain list of them)."""
+  trainable = getattr(weights, "trainable", weights)
+  return list(trainable)
+
+
+def _scale_value(value: Any) -> float:
+  """SCALE's clip scale: a number, or the one element of its 1-element dataset (the last)."""
+  if not isinstance(value, tf.data.Dataset):
+    return float(value)
+  last = None
+  for last in value:
+    pass
+  if last is None:
+    raise ValueError("a SCALE client input's clip_scale dataset is empty; it must hold "
+                     "the client's clip scale (tff_idp.idp_fedavg.process.scaled_client_data).")
+  return float(last)
+
+
+def _dataset_batches(dataset: tf.data.Dataset) -> tuple[collections.OrderedDict, list]:
+  """A batched client dataset's examples and its batches, in its iteration order."""
+  rows = list(dataset.as_numpy_iterator())
+  spec = dataset.element_spec
+  examples = collections.OrderedDict()
+  for key, s in spec.items():
+    if rows:
+      examples[key] = np.concatenate([r[key] for r in rows])
+    else:
+      examples[key] = np.zeros([0] + [int(d or 0) for d in s.shape[1:]],
+                               s.dtype.as_numpy_dtype)
+  sizes = [len(next(iter(r.values()))) for r in rows]
+  starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+  return examples, [np.arange(starts[k], starts[k + 1]) for k in range(len(sizes))]
