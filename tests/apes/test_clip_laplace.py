@@ -209,3 +209,72 @@ def test_check_epsilon_needs_at_least_one_budget_and_returns_float64():
   got = clip_laplace.check_epsilon([1, 2])
   assert got.dtype == np.float64
   np.testing.assert_array_equal(got, [1.0, 2.0])
+
+
+def test_tensor_budget_check_runs_in_a_tf1_graph():
+  """Property: a bad tensor budget fails even in a TF1-style graph (``tf.compat.v1``),
+  where an op runs only if the fetched output depends on it; a good one runs. Bug
+  caught: the in-graph ε check not tied to the output by a control dependency
+  (eagerly it fires anyway), so such a graph would silently release NaN reports
+  from λ = 2C/0 or randomize with a negative scale."""
+  with tf.Graph().as_default():
+    eps = tf.compat.v1.placeholder(tf.float32, [])
+    report = clip_laplace.perturb(tf.fill([3], 0.05), eps, C, [1, 2])
+    mean = clip_laplace.expected_value(tf.fill([3], 0.05), eps, C)
+    with tf.compat.v1.Session() as session:
+      assert np.all(np.abs(session.run(report, {eps: 0.5})) <= C)
+      np.testing.assert_allclose(session.run(mean, {eps: 0.5}), 0.00556976, atol=5e-9)
+      for bad in (0.0, -1.0):
+        for fetch in (report, mean):
+          with pytest.raises(tf.errors.InvalidArgumentError, match="epsilon"):
+            session.run(fetch, {eps: bad})
+
+
+def test_expected_value_keeps_float64_and_promotes_integers():
+  """Property: E[z | x] (Eq. (1)) comes back in float64 for float64 input, equal to
+  the paper's literal Eq. (1) to 1e-12 (at ε = 0.5 the literal form loses only ~1
+  digit to cancellation), and matches the notes' calibration vector
+  Ē(0.05; ε ∈ {0.05, 0.5, 1}) = 0.0056392044; integer input gives a float32 mean.
+  Bug caught: float64 means rounded to float32 (≈ 1e-7 relative), or integer input
+  returning a truncated integer mean."""
+  x = np.linspace(-C, C, 41)
+  got = clip_laplace.expected_value(x, 0.5, C).numpy()
+  assert got.dtype == np.float64
+  np.testing.assert_allclose(got, ref.mean_eq1(x, 0.5, C), rtol=1e-12, atol=1e-18)
+  calibration = clip_laplace.expected_value(np.float64(0.05), np.array([0.05, 0.5, 1.0]), C)
+  assert float(np.mean(calibration.numpy())) == pytest.approx(0.0056392044, abs=6e-11)
+  ints = clip_laplace.expected_value(np.array([-1, 0, 1]), 1.0, 2.0)  # C = 2: not clipped
+  assert ints.dtype == tf.float32
+  np.testing.assert_allclose(ints.numpy(), ref.mean_eq1(np.array([-1.0, 0.0, 1.0]), 1.0, 2.0),
+                             rtol=1e-6)
+  assert abs(float(ints[2])) > 0.1  # a real mean, not an integer truncated to 0
+
+
+def test_scale_in_the_requested_dtype():
+  """Property: λ = 2C/ε is returned in the dtype asked for, for a number or a tensor
+  budget, at that dtype's precision (float64: exactly 2C/ε). Bug caught: λ built
+  from a float32 constant or budget (a dtype clash, or float32 rounding)."""
+  for eps in (0.3, tf.constant(0.3, tf.float64)):
+    lam = clip_laplace.scale(eps, C, tf.float64)
+    assert lam.dtype == tf.float64
+    assert float(lam) == pytest.approx(2 * C / 0.3, rel=1e-15)
+  assert clip_laplace.scale(0.3, C).dtype == tf.float32
+
+
+def test_laplace_perturb_is_finite_at_the_extreme_uniforms():
+  """Property: the Laplace baseline's report is finite for every float32 uniform,
+  u = 0 and u = ½ included. At u = 0, w = u − ½ = −½ makes −ln(1 − 2|w|) infinite,
+  so w is moved to the next float32, −½ + 2⁻²⁵, and the noise is capped at
+  λ·ln 2²⁴ ≈ 16.6λ (the cap the docstring states); at u = ½, w = 0 and the report
+  is x itself. Bug caught: an infinite or NaN report once in ~2²³ coordinates
+  (which would wipe out the server's mean). The 2²⁰ uniforms of seed [20, 0] hold
+  u = 0 (index 114906) and u = ½ (index 818766), checked first (deterministic)."""
+  n, seed, eps, x = 2**20, [20, 0], 1.0, 0.03
+  u = tf.random.stateless_uniform([n], seed=seed, dtype=tf.float32).numpy()
+  assert u[114906] == 0.0 and u[818766] == 0.5
+  z = clip_laplace.laplace_perturb(tf.fill([n], x), eps, C, seed).numpy()
+  assert np.all(np.isfinite(z))
+  lam = 2 * C / eps
+  assert z[114906] == pytest.approx(x - lam * 24 * np.log(2.0), rel=1e-6)
+  assert z[818766] == np.float32(x)
+  assert np.max(np.abs(z - np.float32(x))) <= lam * 24 * np.log(2.0) * (1 + 1e-6)
