@@ -111,12 +111,7 @@ class ModelDeltaClientUpdate:
     """(Δ as numpy arrays, update weight, unfinalized metrics) for one client."""
     hparams = tf.nest.map_structure(tf.convert_to_tensor, hparams)
     initial_weights = tf.nest.map_structure(tf.convert_to_tensor, initial_weights)
-    is_scaled = isinstance(client_input, Mapping) and set(client_input) == {DATA_KEY, SCALE_KEY}
-    if self._clip_scale and not is_scaled:
-      raise ClientInputError(
-          "this SCALE process (per_client_clip_scale=True) needs every client's input "
-          "wrapped with its clip scale: tff_idp.scaled_client_data(dataset, clip_scale); got "
-          f"{type(client_input).__name__}.")
+    is_scaled = split_scaled_input(client_input, self._clip_scale)[1] is not None
     if not self._clip_scale and not isinstance(client_input, tf.data.Dataset):
       raise ClientInputError(
           "this process takes each client's tf.data.Dataset as is; got "
@@ -130,6 +125,29 @@ class ModelDeltaClientUpdate:
       weight = np.float32(weight.numpy())
     return (tf.nest.map_structure(lambda t: t.numpy(), delta), weight,
             tf.nest.map_structure(lambda t: t.numpy(), metrics))
+
+
+def split_scaled_input(client_input: Any, clip_scale: bool) -> tuple[Any, Any]:
+  """(client data, its SCALE clip-scale input or None), refusing a mismatch.
+
+  SCALE (the IDP-FedAvg paper's baseline) charges each group's ledger at z/s_p,
+  so a SCALE process must receive every client's clip scale with its data
+  (``OrderedDict(data=..., clip_scale=...)``, :func:`tff_idp.scaled_client_data`):
+  a plain input would otherwise train at scale 1 and spend more than the ledger
+  charged. A non-SCALE process refuses a scaled input for the same reason. Shared
+  by the per-client and the vectorized client updates.
+  """
+  is_scaled = isinstance(client_input, Mapping) and set(client_input) == {DATA_KEY, SCALE_KEY}
+  if clip_scale and not is_scaled:
+    raise ClientInputError(
+        "this SCALE process (per_client_clip_scale=True) needs every client's input "
+        "wrapped with its clip scale: tff_idp.scaled_client_data(dataset, clip_scale); got "
+        f"{type(client_input).__name__}.")
+  if not clip_scale and is_scaled:
+    raise ClientInputError(
+        "this process takes each client's data as is; got a SCALE input (scaled_client_data "
+        "is for per_client_clip_scale=True only).")
+  return (client_input[DATA_KEY], client_input[SCALE_KEY]) if is_scaled else (client_input, None)
 
 
 def _single_value(dataset: tf.data.Dataset) -> float:

@@ -47,11 +47,12 @@ import tensorflow_federated as tff
 from tff_idp.engine import cohort_arrays
 from tff_idp.engine import cohort_stack
 from tff_idp.engine.stacked_dense import StackedDenseModel
+from tff_idp.idp_fedavg import in_process
 from tff_idp.errors import ClientInputError
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
-SCALE_KEY = "clip_scale"
-DATA_KEY = "data"
+SCALE_KEY = in_process.SCALE_KEY
+DATA_KEY = in_process.DATA_KEY
 _ACCURACY = {"softmax": "sparse_categorical_accuracy", "sigmoid": "binary_accuracy"}
 _METRIC_KEYS = ("loss", "num_examples", "num_batches")
 
@@ -200,22 +201,12 @@ class VectorizedModelDeltaUpdate:
 
   def _unwrap(self, client_input: Any) -> tuple[Any, Optional[float]]:
     """(data, clip scale or None), refusing what the per-client update refuses."""
-    is_scaled = isinstance(client_input, Mapping) and set(client_input) == {DATA_KEY, SCALE_KEY}
-    if self._clip_scale and not is_scaled:
-      raise ClientInputError(
-          "this SCALE process (per_client_clip_scale=True) needs every client's input "
-          "wrapped with its clip scale: tff_idp.scaled_client_data(dataset, clip_scale); got "
-          f"{type(client_input).__name__}.")
-    data = client_input[DATA_KEY] if is_scaled else client_input
-    if not self._clip_scale and is_scaled:
-      raise ClientInputError(
-          "this process takes each client's data as is; got a SCALE input (scaled_client_data "
-          "is for per_client_clip_scale=True only).")
+    data, scale_input = in_process.split_scaled_input(client_input, self._clip_scale)
     if not isinstance(data, (tf.data.Dataset, cohort_arrays.ClientArrays)):
       raise ClientInputError(
           "the vectorized client execution takes each client's tf.data.Dataset or "
           f"tff_idp.engine.cohort_arrays.ClientArrays; got {type(data).__name__}.")
-    return data, (_scale_value(client_input[SCALE_KEY]) if is_scaled else None)
+    return data, (None if scale_input is None else _scale_value(scale_input))
 
   def _batches(self, data: Sequence[Any]) -> tuple[list, list]:
     """Every client's examples and local-step batches (index arrays into its examples)."""
