@@ -97,10 +97,21 @@ _CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", D["checkpoint_every
                                          "Checkpoint every k rounds.")
 _DEVICE = flags.DEFINE_enum("device", D["device"], ["cpu", "gpu"], "TFF worker device.")
 worker_flags.define()
+worker_flags.define_client_execution()
 _PROGRESS = flags.DEFINE_bool("progress", D["progress"], "Show progress bars.")
 _RESTART = flags.DEFINE_bool("restart", D["restart"],
                              "Discard this output directory's checkpoints and start over.")
 privacy_flags.define(release_only=False)
+
+
+def client_execution() -> str:
+  """``--client_execution`` for APES: auto, vectorized or tff (no per-user in_process)."""
+  execution = worker_flags.training_kwargs()["client_execution"]
+  if execution == "in_process" or flags.FLAGS["parallel_clients"].value is not None:
+    raise ValueError("APES has no per-user in-process execution: use --client_execution="
+                     "auto (vectorized for its logistic regression), vectorized or tff, "
+                     "without --parallel_clients.")
+  return execution
 
 
 def check() -> tuple[int, int, apes_runs.ApesTraining]:
@@ -109,6 +120,7 @@ def check() -> tuple[int, int, apes_runs.ApesTraining]:
   Returns (users, rounds, the training settings).
   """
   worker_flags.runtime_kwargs()
+  client_execution()
   unknown = set(_FRAMEWORKS.value) - set(apes_runs.FRAMEWORKS)
   if unknown or not _FRAMEWORKS.value:
     raise ValueError(f"--frameworks has {sorted(unknown) or 'nothing'}; choose from "
@@ -179,7 +191,7 @@ def main(argv):
         eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value,
         device=_DEVICE.value, progress=_PROGRESS.value, restart=_RESTART.value,
         insecure_reproducible_noise=privacy_flags.insecure(), own_runtime=False,
-        details=config).table
+        client_execution=client_execution(), details=config).table
   print()
   print(table)
   print(f"\nmetrics, checkpoints, TensorBoard logs, summary.md/json and accuracy.png in "

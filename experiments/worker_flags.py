@@ -17,7 +17,7 @@ from tff_idp.execution import fleet
 WORKERS = "workers"
 _NAMES = ("workers", "worker_retries", "worker_connect_timeout_s", "worker_rpc_timeout_s",
           "worker_tls_ca", "worker_tls_cert", "worker_tls_key", "worker_tls_server_name")
-# IDP-FedAvg's and rPDP-FL's modules only (``define_client_execution``).
+# IDP-FedAvg's, rPDP-FL's and APES's modules only (``define_client_execution``).
 EXECUTION_NAMES = ("client_execution", "parallel_clients")
 
 
@@ -49,20 +49,21 @@ def define() -> None:
 
 
 def define_client_execution() -> None:
-  """``--client_execution`` and ``--parallel_clients`` (IDP-FedAvg and rPDP-FL modules; once
+  """``--client_execution`` and ``--parallel_clients`` (IDP-FedAvg, rPDP-FL and APES modules; once
   per process)."""
   if "client_execution" in flags.FLAGS:
     return
   flags.DEFINE_enum(
       "client_execution", "auto", ["auto", "in_process", "vectorized", "tff"],
-      "Where IDP-FedAvg and rPDP-FL clients train. in_process: in this process, several "
+      "Where the clients train. in_process (IDP-FedAvg, rPDP-FL): in this process, several "
       "at once (faster for conv nets; the aggregator and server update still run in TFF, "
-      "unchanged); vectorized (IDP-FedAvg, logreg and MLP): in this process, the whole "
-      "cohort as one computation on stacked weights, the server step unchanged; tff: as "
-      "TFF client computations on the worker(s). auto: tff with --workers or "
-      "--audit_canaries (IDP-FedAvg; rPDP-FL's canary runs always use tff), vectorized "
-      "for IDP-FedAvg's logreg and MLP, tff for other models under 10,000 parameters, "
-      "in_process otherwise. APES always uses tff.")
+      "unchanged); vectorized (IDP-FedAvg and APES, logreg and MLP): in this process, the "
+      "whole cohort as one computation on stacked weights (APES: each user's randomizer "
+      "at its own ε and seed included), the server step unchanged; tff: as TFF client "
+      "computations on the worker(s). auto: tff with --workers or --audit_canaries "
+      "(IDP-FedAvg; rPDP-FL's canary runs always use tff), vectorized for the logreg and "
+      "MLP of IDP-FedAvg and APES, tff for other models under 10,000 parameters, "
+      "in_process otherwise (APES: tff).")
   flags.DEFINE_integer(
       "parallel_clients", None,
       "With in-process client execution: clients trained at once, each on its own "

@@ -103,11 +103,13 @@ APES_SHARED = ["frameworks", "distribution", "epsilon_seed", "rounds", "local_ep
                "batch_size", "client_learning_rate", "proximal_strength", "clip",
                "keep_fraction", "bound", "shuffle_delta", "delta", "seed", "eval_every",
                "checkpoint_every", "device", "progress", "restart",
-               "insecure_reproducible_noise"]
+               "insecure_reproducible_noise", "client_execution"]
 APES_CLI_ONLY = {
     "preset": "the users: datasets.shuffle_users builds them, the runner takes them",
     "data_dir": "the users", "users": "the users", "samples_per_user": "the users",
     "data_seed": "the users", "output_dir": "a path each chooses",
+    "parallel_clients": "shared with IDP-FedAvg's flags; APES refuses it (no per-user "
+                        "in-process execution)",
 }
 # Not listed: experiments.worker_flags (--workers, ...), the TFF runtime the command line
 # enters; run_apes runs in yours with own_runtime=False.
@@ -124,6 +126,8 @@ from tff_idp import runners
 flags.FLAGS(["x", *argv])
 own = {f.name for m in (module, "experiments.privacy_flags")
        for f in flags.FLAGS.flags_by_module_dict().get(m, [])}
+own |= {f.name for f in flags.FLAGS.flags_by_module_dict().get("experiments.worker_flags", [])
+        if f.name in ("client_execution", "parallel_clients") and module == "experiments.apes"}
 def norm(v):
   if isinstance(v, (list, tuple)):
     out = []

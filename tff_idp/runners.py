@@ -396,6 +396,10 @@ def run_ino_sgd(split, *, output_dir: str, budgets: Any = _INO["budgets"],
 _APES = apes_defaults.DEFAULTS  # the experiments.apes flags' defaults
 
 
+APES_CLIENT_EXECUTIONS = ("auto", "vectorized", "tff")
+"""APES's client executions (it has no per-user in-process one)."""
+
+
 def run_apes(users: apes_runs.UserFederation, *, output_dir: str,
              frameworks: Sequence[str] = _APES["frameworks"],
              distribution: str = _APES["distribution"], epsilon_seed: int = _APES["epsilon_seed"],
@@ -410,6 +414,7 @@ def run_apes(users: apes_runs.UserFederation, *, output_dir: str,
              checkpoint_every: int = _APES["checkpoint_every"], device: str = _APES["device"],
              progress: bool = _APES["progress"], restart: bool = _APES["restart"],
              insecure_reproducible_noise: bool = _APES["insecure_reproducible_noise"],
+             client_execution: str = _APES["client_execution"],
              own_runtime: bool = True, details: Optional[Mapping[str, Any]] = None
              ) -> RunResult:
   """APES / S-APES against their baselines (APES paper Alg. 1-2, Tables 3-4) on ``users``.
@@ -434,6 +439,10 @@ def run_apes(users: apes_runs.UserFederation, *, output_dir: str,
     delta: the user-level δ^{uc}.
     insecure_reproducible_noise: derive the noise from ``seed`` (NOT PRIVATE;
       debugging only).
+    client_execution: "auto" (vectorized: every user's FedProx and randomizer
+      at once in this process, :mod:`tff_idp.apes.vectorized`), "vectorized"
+      or "tff" (one TFF client computation per user); the same rounds within
+      float tolerance.
     details: extra entries for ``summary.json``'s config (the command line's flags).
     Defaults: those of ``experiments.apes``
     (:data:`tff_idp.apes.defaults.DEFAULTS`). Other arguments: as the
@@ -444,6 +453,9 @@ def run_apes(users: apes_runs.UserFederation, *, output_dir: str,
       client_learning_rate=float(client_learning_rate),
       proximal_strength=float(proximal_strength), clip=float(clip),
       keep_fraction=float(keep_fraction))
+  if client_execution not in APES_CLIENT_EXECUTIONS:
+    raise ToolkitValueError(f"client_execution={client_execution!r}; APES runs its users with "
+                            f"one of {', '.join(APES_CLIENT_EXECUTIONS)}.")
   unknown = sorted(set(frameworks) - set(apes_runs.FRAMEWORKS))
   if unknown or not frameworks:
     raise ToolkitValueError(f"frameworks has {unknown or 'nothing'}; choose from "
@@ -458,7 +470,8 @@ def run_apes(users: apes_runs.UserFederation, *, output_dir: str,
     rows = apes_runs.run_frameworks(
         list(frameworks), users, epsilons, training, accounting, int(seed), output_dir,
         eval_every=int(eval_every), checkpoint_every=int(checkpoint_every), progress=progress,
-        insecure_reproducible_noise=bool(insecure_reproducible_noise), restart=bool(restart))
+        insecure_reproducible_noise=bool(insecure_reproducible_noise), restart=bool(restart),
+        client_execution=client_execution)
   config = dict(frameworks=list(frameworks), distribution=distribution,
                 epsilon_seed=int(epsilon_seed), **dataclasses.asdict(training), bound=bound,
                 delta=float(delta), seed=int(seed), eval_every=int(eval_every),

@@ -12,7 +12,10 @@ Public API:
 * :class:`ShuffledPersonalizedMeanFactory`, the analyzer as a TFF aggregator;
 * :func:`build_ldp_client_work`, :func:`build_apes_process` and
   :func:`make_client_input` / :func:`make_round_inputs`, the learning process
-  and its client inputs.
+  and its client inputs;
+* :func:`build_apes_driver_process`, the same round with every user's client
+  work vectorized in this process (:class:`VectorizedLdpUpdate`, inputs
+  :class:`LdpClientArrays`) for dense models.
 
 The privacy accounting (shuffle amplification, composition) lives in
 ``tff_idp.accounting.shuffle``. The names load their module (and TensorFlow)
@@ -28,7 +31,9 @@ _EXPORTS = {
                      "make_client_input", "make_round_inputs", "randomize"),
                     "tff_idp.apes.client_work"),
     **dict.fromkeys(("DebiasGrid", "build_grid", "invert"), "tff_idp.apes.debias"),
-    "build_apes_process": "tff_idp.apes.process",
+    **dict.fromkeys(("build_apes_process", "build_apes_driver_process"),
+                    "tff_idp.apes.process"),
+    **dict.fromkeys(("LdpClientArrays", "VectorizedLdpUpdate"), "tff_idp.apes.vectorized"),
     **dict.fromkeys(("SELECTIONS", "per_coordinate_epsilon", "sparsify_perturb"),
                     "tff_idp.apes.sparsify"),
 }

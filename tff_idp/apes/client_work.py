@@ -22,18 +22,19 @@ is its secret randomizer seed (derive it with
 ``PrivacyRandomness``; never write it to outputs). Client data is placed at
 ``tff.CLIENTS``: no server computation reads it.
 
-**One client computation.** Local training is TFF's own FedProx client
-update (``proximal_client_work.build_model_delta_update_with_tff_optimizer``,
-the function behind ``tff.learning.algorithms.build_unweighted_fed_prox``,
-with a real proximal term toward the round's global model: fixes D5 of the
-notes, where the reference's PGD regularized toward 0). In the *same* TF
-computation its delta is flattened to d coordinates, randomized with the
-client's ε and seed, and unflattened. The only value the client work
-returns is that randomized report (``ClientResult.update``, as the one field
-``ldp_report`` that the APES aggregator requires; the weight is a constant 1). The local training metrics (loss, accuracy, example counts)
-are dropped at the client, because they are not randomized: the client
-work's measurements are empty, unlike TFF's FedProx, whose
-``sum_then_finalize`` would send them to the server.
+**One client computation.** Local training is FedProx
+(:mod:`tff_idp.apes.fedprox`: the client optimizer on the batch loss plus the
+proximal gradient μ·(w − w₀) toward the round's global model, which fixes D5
+of the notes, where the reference's PGD regularized toward 0; TFF 0.87's own
+FedProx update has this term's sign reversed, see that module). In the
+*same* TF computation its delta is flattened to d coordinates, randomized
+with the client's ε and seed, and unflattened. The only value the client
+work returns is that randomized report (``ClientResult.update``, as the one
+field ``ldp_report`` that the APES aggregator requires; the weight is a
+constant 1). No local training metric (loss, accuracy, example counts) is
+computed or sent, because none is randomized: the client work's
+measurements are empty, unlike TFF's FedProx, whose ``sum_then_finalize``
+would send them to the server.
 
 **Fresh noise every round.** The client work's state is the round number
 (server-placed, public). It is broadcast, and each client folds it into
@@ -54,15 +55,11 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-# The FedProx client update behind tff.learning.algorithms.build_*_fed_prox
-# (TFF 0.87 does not export it under tff.learning).
-from tensorflow_federated.python.learning.templates import proximal_client_work
 
 from tff_idp.errors import ToolkitValueError
-from tff_idp.apes import clip_laplace, debias, sparsify
+from tff_idp.apes import clip_laplace, debias, fedprox, sparsify
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine import tff_composition
-from tff_idp.engine.tff_composition import CLIENT_LOOP
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 MECHANISMS = ("none", "clip_laplace", "sparse_clip_laplace", "sparse_clip_laplace_top_b",
@@ -151,16 +148,51 @@ def randomize(update, mechanism: str, epsilon, seed, *, clip: Optional[float] = 
   shapes = [leaf.shape for leaf in leaves]
   sizes = [int(np.prod(s.as_list())) for s in shapes]
   flat = tf.concat([tf.reshape(tf.cast(leaf, tf.float32), [-1]) for leaf in leaves], 0)
-  if mechanism == "clip_laplace":
-    report = clip_laplace.perturb(flat, epsilon, clip, seed)
-  elif mechanism == "laplace":
-    report = clip_laplace.laplace_perturb(flat, epsilon, clip, seed)
-  else:
-    report = sparsify.sparsify_perturb(flat, epsilon, clip, keep, seed,
-                                       selection=SPARSE_SELECTION[mechanism])
+  report = randomize_vector(flat, mechanism, epsilon, seed, clip=clip, keep=keep)
   parts = tf.split(report, sizes)
   return tf.nest.pack_sequence_as(
       update, [tf.reshape(p, s) for p, s in zip(parts, shapes)])
+
+
+def randomize_vector(flat: tf.Tensor, mechanism: str, epsilon, seed, *,
+                     clip: Optional[float] = None, keep: Optional[int] = None) -> tf.Tensor:
+  """One client's report of its flattened update ``flat`` (float32 [d]) at its ε and seed.
+
+  The randomizer of every execution (:func:`randomize` for the TFF client
+  work, :mod:`tff_idp.apes.vectorized` for a whole cohort): "clip_laplace"
+  and "laplace" draw ``tf.random.stateless_uniform([d], seed)``; the S-APES
+  mechanisms run :func:`tff_idp.apes.sparsify.sparsify_perturb`; "none"
+  returns ``flat``.
+  """
+  if mechanism == "none":
+    return flat
+  if mechanism == "clip_laplace":
+    return clip_laplace.perturb(flat, epsilon, clip, seed)
+  if mechanism == "laplace":
+    return clip_laplace.laplace_perturb(flat, epsilon, clip, seed)
+  return sparsify.sparsify_perturb(flat, epsilon, clip, keep, seed,
+                                   selection=SPARSE_SELECTION[mechanism])
+
+
+def check_settings(mechanism: str, clip: Optional[float], keep: Optional[int],
+                   proximal_strength: float, local_epochs: int
+                   ) -> tuple[Optional[float], float, int]:
+  """(C, μ, local epochs) of a client work, checked; a ``ToolkitValueError`` names what to change."""
+  check_mechanism(mechanism)
+  if mechanism != "none":
+    clip = clip_laplace.check_clip(clip)
+  if mechanism in SPARSE_SELECTION:
+    if keep is None:
+      raise ToolkitValueError(f"mechanism={mechanism!r} (S-APES) needs keep=b.")
+  elif keep is not None:
+    raise ToolkitValueError(
+        f"keep=b is for the S-APES mechanisms {tuple(SPARSE_SELECTION)} only "
+        f"(mechanism={mechanism!r}).")
+  if not (isinstance(proximal_strength, (int, float)) and proximal_strength >= 0):
+    raise ToolkitValueError(f"proximal_strength={proximal_strength!r} must be a number >= 0.")
+  if isinstance(local_epochs, bool) or int(local_epochs) != local_epochs or local_epochs < 1:
+    raise ToolkitValueError(f"local_epochs={local_epochs!r} must be an integer >= 1.")
+  return clip, float(proximal_strength), int(local_epochs)
 
 
 def _read_privacy(privacy: tf.data.Dataset):
@@ -198,22 +230,8 @@ def build_ldp_client_work(
   :class:`~tff_idp.apes.aggregator.ShuffledPersonalizedMeanFactory` accepts).
   Measurements: ``()`` (nothing unrandomized leaves a client).
   """
-  check_mechanism(mechanism)
-  if mechanism != "none":
-    clip = clip_laplace.check_clip(clip)
-  if mechanism in SPARSE_SELECTION:
-    if keep is None:
-      raise ToolkitValueError(f"mechanism={mechanism!r} (S-APES) needs keep=b.")
-  elif keep is not None:
-    raise ToolkitValueError(
-        f"keep=b is for the S-APES mechanisms {tuple(SPARSE_SELECTION)} only "
-        f"(mechanism={mechanism!r}).")
-  if not (isinstance(proximal_strength, (int, float)) and proximal_strength >= 0):
-    raise ToolkitValueError(f"proximal_strength={proximal_strength!r} must be a number >= 0.")
-  if isinstance(local_epochs, bool) or int(local_epochs) != local_epochs or local_epochs < 1:
-    raise ToolkitValueError(f"local_epochs={local_epochs!r} must be an integer >= 1.")
-  local_epochs = int(local_epochs)
-  mu = float(proximal_strength)
+  clip, mu, local_epochs = check_settings(mechanism, clip, keep, proximal_strength,
+                                         local_epochs)
 
   with tf.Graph().as_default():
     model = model_fn()
@@ -233,12 +251,8 @@ def build_ldp_client_work(
     data = client_data[DATA_KEY]
     if local_epochs > 1:
       data = data.repeat(local_epochs)
-    update_fn = proximal_client_work.build_model_delta_update_with_tff_optimizer(
-        model_fn, weighting=tff.learning.ClientWeighting.UNIFORM,
-        delta_l2_regularizer=mu,
-        loop_implementation=CLIENT_LOOP)
-    result, _ = update_fn(client_optimizer, initial_weights, data)  # metrics stay here
-    report = randomize(result.update, mechanism, epsilon,
+    update = fedprox.build_fedprox_delta(model_fn, client_optimizer, mu)(initial_weights, data)
+    report = randomize(update, mechanism, epsilon,
                        clip_laplace.round_seed(seed, round_num), clip=clip, keep=keep)
     return tff.learning.templates.ClientResult(
         update=as_report(report), update_weight=tf.constant(1.0, tf.float32))

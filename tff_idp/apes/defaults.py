@@ -25,7 +25,7 @@ DEFAULTS = dict(
     client_learning_rate=1.0, proximal_strength=0.01, clip=0.1, keep_fraction=0.2,
     bound="per_user", shuffle_delta=None, delta=1e-4, seed=0, eval_every=1,
     checkpoint_every=2, device="cpu", progress=True, restart=False,
-    insecure_reproducible_noise=False)
+    insecure_reproducible_noise=False, client_execution="auto")
 """Every training, privacy and output setting's default (the data's are the command line's)."""
 
 DATA_DEFAULTS = dict(preset="embedded", users=PRESETS["embedded"]["users"], samples_per_user=12,

@@ -38,6 +38,7 @@ model on held-out data instead).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
@@ -50,6 +51,8 @@ from tff_idp.apes.aggregator import ShuffledPersonalizedMeanFactory
 from tff_idp.apes.client_work import (SPARSE_SELECTION, ModelFn, build_ldp_client_work,
                                      check_mechanism)
 from tff_idp.apes.debias import DEFAULT_GRID_POINTS
+from tff_idp.apes import vectorized
+from tff_idp.engine import in_process_round
 
 
 def _sparse_debias_for(mechanism: str, sparse_debias: Optional[str]) -> str:
@@ -99,6 +102,28 @@ def build_apes_process(
 
   Client data: :func:`tff_idp.apes.client_work.make_client_input`.
   """
+  return _build_parts(
+      model_fn, mechanism=mechanism, client_learning_rate=client_learning_rate, clip=clip,
+      epsilons=epsilons, keep=keep, server_learning_rate=server_learning_rate,
+      proximal_strength=proximal_strength, local_epochs=local_epochs,
+      num_reports=num_reports, sparse_debias=sparse_debias, grid_points=grid_points).process
+
+
+@dataclasses.dataclass(frozen=True)
+class _ApesParts:
+  """An APES process and the pieces its vectorized twin shares with it."""
+  process: tff.learning.templates.LearningProcess
+  aggregator: tff.templates.AggregationProcess
+  finalizer: tff.learning.templates.FinalizerProcess
+  client_optimizer: tff.learning.optimizers.Optimizer
+
+
+def _build_parts(model_fn: ModelFn, *, mechanism: str, client_learning_rate: float,
+                 clip: Optional[float], epsilons: Optional[Sequence[float]],
+                 keep: Optional[int], server_learning_rate: float, proximal_strength: float,
+                 local_epochs: int, num_reports: Optional[int], sparse_debias: Optional[str],
+                 grid_points: int) -> _ApesParts:
+  """The checked settings' TFF process (:func:`build_apes_process`) and its parts."""
   check_mechanism(mechanism)
   if not (isinstance(client_learning_rate, (int, float)) and client_learning_rate > 0):
     raise ToolkitValueError(f"client_learning_rate={client_learning_rate!r} must be > 0.")
@@ -112,9 +137,9 @@ def build_apes_process(
         "server de-biases the mean with it.")
   if epsilons is not None:
     clip_laplace.check_epsilon(np.asarray(epsilons, np.float64).ravel(), "epsilons")
+  client_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=client_learning_rate)
   client_work = build_ldp_client_work(
-      model_fn, mechanism=mechanism,
-      client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=client_learning_rate),
+      model_fn, mechanism=mechanism, client_optimizer=client_optimizer,
       clip=clip, keep=keep, proximal_strength=proximal_strength, local_epochs=local_epochs)
   if debiased:
     factory = ShuffledPersonalizedMeanFactory(
@@ -133,8 +158,61 @@ def build_apes_process(
       client_work.next.type_signature.result.result.member.update,
       tff.TensorType(np.float32))
   server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate)
-  return tff.learning.templates.compose_learning_process(
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
+                                                                     weights_type)
+  process = tff.learning.templates.compose_learning_process(
       initial_model_weights_fn,
       tff.learning.templates.build_broadcast_process(weights_type),
-      client_work, aggregator,
-      tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer, weights_type))
+      client_work, aggregator, finalizer)
+  return _ApesParts(process, aggregator, finalizer, client_optimizer)
+
+
+def build_apes_driver_process(
+    model_fn: ModelFn, *, mechanism: str, client_learning_rate: float,
+    client_execution: str = "auto", clip: Optional[float] = None,
+    epsilons: Optional[Sequence[float]] = None, keep: Optional[int] = None,
+    server_learning_rate: float = 1.0, proximal_strength: float = 0.01,
+    local_epochs: int = 1, num_reports: Optional[int] = None,
+    sparse_debias: Optional[str] = None, grid_points: int = DEFAULT_GRID_POINTS,
+) -> "tff.learning.templates.LearningProcess | in_process_round.InProcessLearningProcess":
+  """:func:`build_apes_process`, with the users' client work run where ``client_execution`` says.
+
+  ``"tff"`` returns :func:`build_apes_process`'s TFF ``LearningProcess``
+  (every user a TFF client computation). ``"vectorized"`` returns an
+  :class:`~tff_idp.engine.in_process_round.InProcessLearningProcess` with the
+  same ``initialize``, state and measurements, whose round trains and
+  randomizes every user at once in this process
+  (:mod:`tff_idp.apes.vectorized`; the logistic regression and the MLP) and
+  runs the same TFF server step (analyzer, de-bias, server SGD) on the
+  reports: the same round, within float tolerance, from the same seeds.
+  Its client inputs are :class:`~tff_idp.apes.vectorized.LdpClientArrays` or
+  :func:`~tff_idp.apes.client_work.make_client_input`'s. ``"auto"`` takes
+  "vectorized" where the model is served and "tff" otherwise. APES has no
+  per-user ``"in_process"`` execution; asking for it is refused. Other
+  arguments: :func:`build_apes_process`.
+  """
+  if client_execution == "in_process":
+    raise ToolkitValueError(
+        "APES has no per-user in-process execution: use client_execution='vectorized' "
+        "(dense models) or 'tff'.")
+  execution = in_process_round.resolve_for_model(
+      client_execution, model_fn, "", None, vectorizable=vectorized.vectorizable(model_fn))
+  if execution == "in_process":  # "auto" on a large model that is not served
+    execution = "tff"
+  parts = _build_parts(
+      model_fn, mechanism=mechanism, client_learning_rate=client_learning_rate, clip=clip,
+      epsilons=epsilons, keep=keep, server_learning_rate=server_learning_rate,
+      proximal_strength=proximal_strength, local_epochs=local_epochs,
+      num_reports=num_reports, sparse_debias=sparse_debias, grid_points=grid_points)
+  if execution == "tff":
+    return parts.process
+  cohort_update = vectorized.VectorizedLdpUpdate(
+      model_fn, mechanism=mechanism, client_optimizer=parts.client_optimizer, clip=clip,
+      keep=keep, proximal_strength=proximal_strength, local_epochs=local_epochs)
+  server_step = in_process_round.build_server_step(parts.aggregator, parts.finalizer,
+                                                   None, None)
+  return in_process_round.InProcessLearningProcess(
+      parts.process, [], server_step,
+      # The client work's state is the round number (tff_composition.round_counter).
+      next_client_work_state=lambda round_num: np.int64(round_num) + 1,
+      cohort_update=cohort_update, client_work_measurements=lambda _: ())

@@ -145,18 +145,27 @@ def keep_count(training: ApesTraining, num_params: int) -> int:
 
 
 def user_input_fn(federation: UserFederation, epsilons: np.ndarray, training: ApesTraining,
-                  randomness: PrivacyRandomness) -> Callable[[str, int], Any]:
-  """``(user, round) -> client input``: the user's batches, its own ε and its secret per-round seed (``randomness.client_seed``)."""
+                  randomness: PrivacyRandomness, vectorized: bool = False
+                  ) -> Callable[[str, int], Any]:
+  """``(user, round) -> client input``: the user's batches, its own ε and its secret per-round seed (``randomness.client_seed``).
+
+  ``vectorized``: a :class:`tff_idp.apes.vectorized.LdpClientArrays` (the
+  same records, batches, ε and seed without a ``tf.data`` pipeline) for the
+  vectorized client work; otherwise the TFF client work's input.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tff_idp import apes as ldp  # pylint: disable=g-import-not-at-top
   index = {cid: i for i, cid in enumerate(federation.client_ids)}
 
   def make(client_id: str, round_num: int):
-    data = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        x=federation.x[client_id], y=federation.y[client_id]))
+    epsilon = float(epsilons[index[client_id]])
+    seed = randomness.client_seed(client_id, round_num)
+    examples = collections.OrderedDict(x=federation.x[client_id], y=federation.y[client_id])
+    if vectorized:
+      return ldp.LdpClientArrays(examples, training.batch_size, epsilon, seed)
+    data = tf.data.Dataset.from_tensor_slices(examples)
     data = data.batch(training.batch_size)  # the process runs local_epochs passes
-    return ldp.make_client_input(data, float(epsilons[index[client_id]]),
-                                 randomness.client_seed(client_id, round_num))
+    return ldp.make_client_input(data, epsilon, seed)
 
   return make
 
@@ -167,12 +176,16 @@ def run_training(run: str, mechanism: str, federation: UserFederation,
                  evaluate_fn: Optional[Callable[[Any], dict]] = None,
                  eval_every: int = 1, checkpoint_every: int = 5, progress: bool = True,
                  insecure_reproducible_noise: bool = False, restart: bool = False,
-                 model_seed: int = 0):
+                 model_seed: int = 0, client_execution: str = "auto"):
   """Trains (or resumes) one run; returns its metric rows.
 
   Checkpoints hold the model, the server optimizer, the round number, the
   ledger's round count and the secret randomness, so a resumed run continues
-  exactly (:class:`~tff_idp.engine.driver.RoundDriver`).
+  exactly (:class:`~tff_idp.engine.driver.RoundDriver`). ``client_execution``:
+  :func:`tff_idp.apes.process.build_apes_driver_process`'s ("auto":
+  vectorized for the logistic regression); it is not part of the run's
+  fingerprint, since every execution gives the same round within float
+  tolerance, so a run may resume under another.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tff_idp import apes as ldp  # pylint: disable=g-import-not-at-top
@@ -189,19 +202,20 @@ def run_training(run: str, mechanism: str, federation: UserFederation,
   num_params = d * c + c
   sparse = mechanism in ldp.SPARSE_SELECTION
   keep = keep_count(training, num_params) if sparse else None
-  process = ldp.build_apes_process(
+  process = ldp.build_apes_driver_process(
       model_fn, mechanism=mechanism, clip=training.clip, epsilons=epsilons, keep=keep,
       client_learning_rate=training.client_learning_rate,
       server_learning_rate=training.server_learning_rate,
       proximal_strength=training.proximal_strength, local_epochs=training.local_epochs,
-      num_reports=federation.num_users)
+      num_reports=federation.num_users, client_execution=client_execution)
+  vectorized = isinstance(getattr(process, "cohort_update", None), ldp.VectorizedLdpUpdate)
   randomness = PrivacyRandomness.for_run(run_seed, f"apes/{run}", insecure_reproducible_noise)
   sampler = PoissonClientSampler(federation.client_ids,
                                  np.ones(federation.num_users), randomness.sampling_seed())
   hyper = dataclasses.asdict(training)
   driver = RoundDriver(
       process=process, sampler=sampler,
-      client_input_fn=user_input_fn(federation, epsilons, training, randomness),
+      client_input_fn=user_input_fn(federation, epsilons, training, randomness, vectorized),
       output_dir=output_dir, evaluate_fn=evaluate_fn, eval_every=eval_every,
       checkpoint_every=checkpoint_every, progress=progress,
       run_fingerprint=fingerprint_lib.run_fingerprint(
@@ -338,11 +352,12 @@ class ApesRuns:
                epsilons: np.ndarray, training: ApesTraining, accounting: ApesAccounting,
                output_dir: str, evaluate: Callable[[Any], dict], eval_every: int,
                checkpoint_every: int, progress: bool, insecure_reproducible_noise: bool,
-               restart: bool):
+               restart: bool, client_execution: str = "auto"):
     self.frameworks, self.federation, self.epsilons = list(frameworks), federation, epsilons
     self.training, self.accounting, self.output_dir = training, accounting, output_dir
     self.evaluate, self.eval_every, self.checkpoint_every = evaluate, eval_every, checkpoint_every
     self.progress, self.insecure, self.restart = progress, insecure_reproducible_noise, restart
+    self.client_execution = client_execution
     self.keep = keep_count(training, federation.num_params)
     self._ledgers: dict = {}
 
@@ -384,7 +399,7 @@ class ApesRuns:
         os.path.join(self.output_dir, run), self._accountant, self.evaluate,
         eval_every=self.eval_every, checkpoint_every=self.checkpoint_every,
         progress=self.progress, insecure_reproducible_noise=self.insecure,
-        restart=self.restart)
+        restart=self.restart, client_execution=self.client_execution)
     history = [(int(r["round"]), float(r["eval_accuracy"])) for r in rows
                if r.get("eval_accuracy") not in (None, "")]
     return SeedResult(history[-1][1] if history else float("nan"), history)
@@ -398,7 +413,7 @@ def run_frameworks(frameworks: Sequence[str], federation: UserFederation,
                    run_seed: int, output_dir: str, eval_every: int = 1,
                    checkpoint_every: int = 2, progress: bool = True,
                    insecure_reproducible_noise: bool = False,
-                   restart: bool = False) -> list[dict]:
+                   restart: bool = False, client_execution: str = "auto") -> list[dict]:
   """Trains every run the frameworks need (once each) and returns one row per framework.
 
   Each row: the framework's ledger (:func:`framework_ledger`), its run's
@@ -413,7 +428,7 @@ def run_frameworks(frameworks: Sequence[str], federation: UserFederation,
                              federation.test_x, federation.test_y, batch_size=4096)
   family = ApesRuns(frameworks, federation, epsilons, training, accounting, output_dir,
                     evaluate, eval_every, checkpoint_every, progress,
-                    insecure_reproducible_noise, restart)
+                    insecure_reproducible_noise, restart, client_execution)
   by_run = {row["run"]: row for row in run_grid(family.runs(), [run_seed], family)}
   rows = []
   for framework in frameworks:

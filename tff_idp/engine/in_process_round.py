@@ -86,9 +86,10 @@ def resolve_for_model(requested: str, model_fn: Callable[[], Any], canaries: str
     raise ValueError(f"client_execution={execution!r} does not run {canaries}; build the "
                      "audit process with client_execution='tff'.")
   if execution == "vectorized" and not vectorizable:
-    raise ValueError("client_execution='vectorized' serves IDP-FedAvg with models of Dense "
-                     "layers built by tff_idp.models.tff_model_fn (the logistic regression, "
-                     "the MLP); use client_execution='in_process' or 'tff' here.")
+    raise ValueError("client_execution='vectorized' serves models of Dense layers built by "
+                     "tff_idp.models.tff_model_fn (the logistic regression, the MLP) in "
+                     "IDP-FedAvg and APES; use client_execution='tff' (or 'in_process' "
+                     "where the family has it) here.")
   return execution
 
 
@@ -107,8 +108,8 @@ def client_data_options() -> tf.data.Options:
 
 def build_server_step(aggregator: tff.templates.AggregationProcess,
                       finalizer: tff.learning.templates.FinalizerProcess,
-                      stats_type: tff.types.Type,
-                      aggregate_stats: Callable[[Any], Any]) -> tff.Computation:
+                      stats_type: Optional[tff.types.Type],
+                      aggregate_stats: Optional[Callable[[Any], Any]]) -> tff.Computation:
   """The round's server part as one TFF computation (the composed process's lines, unchanged).
 
   ``(aggregator state, finalizer state, global weights@SERVER, updates@CLIENTS,
@@ -117,23 +118,42 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
   ``tff.learning.templates.compose_learning_process`` calls them, and
   ``train_metrics = aggregate_stats(statistics)`` (a federated function from
   client-placed statistics to the server's training measurements).
+  ``stats_type=None``: the clients send no statistics (APES: nothing
+  unrandomized leaves a client); the computation then takes no statistics
+  and ``train_metrics`` is ``()``.
   """
   agg_state_type, value_type, weight_type = aggregator.next.type_signature.parameter
   fin_state_type, weights_type, _ = finalizer.next.type_signature.parameter
-  stats_at_clients = tff.FederatedType(stats_type, tff.CLIENTS)
 
-  @tff.federated_computation(agg_state_type, fin_state_type, weights_type, value_type,
-                             weight_type, stats_at_clients)
-  def server_step(agg_state, fin_state, global_weights, updates, update_weights, stats):
+  def step(agg_state, fin_state, global_weights, updates, update_weights, train_metrics):
     aggregated = aggregator.next(agg_state, updates, update_weights)
     finalized = finalizer.next(fin_state, global_weights, aggregated.result)
     return collections.OrderedDict(
         aggregator_state=aggregated.state, aggregator_measurements=aggregated.measurements,
         finalizer_state=finalized.state, new_weights=finalized.result,
-        finalizer_measurements=finalized.measurements,
-        train_metrics=aggregate_stats(stats))
+        finalizer_measurements=finalized.measurements, train_metrics=train_metrics)
+
+  if stats_type is None:
+    @tff.federated_computation(agg_state_type, fin_state_type, weights_type, value_type,
+                               weight_type)
+    def server_step_without_stats(agg_state, fin_state, global_weights, updates,
+                                  update_weights):
+      return step(agg_state, fin_state, global_weights, updates, update_weights, ())
+
+    return server_step_without_stats
+
+  @tff.federated_computation(agg_state_type, fin_state_type, weights_type, value_type,
+                             weight_type, tff.FederatedType(stats_type, tff.CLIENTS))
+  def server_step(agg_state, fin_state, global_weights, updates, update_weights, stats):
+    return step(agg_state, fin_state, global_weights, updates, update_weights,
+                aggregate_stats(stats))
 
   return server_step
+
+
+def _train_measurements(train_metrics: Any) -> Any:
+  """The client work's measurements of TFF's model-delta client works: ``OrderedDict(train=...)``."""
+  return collections.OrderedDict(train=train_metrics)
 
 
 class InProcessLearningProcess:
@@ -150,7 +170,11 @@ class InProcessLearningProcess:
   rPDP-FL advances its round counter). ``cohort_update`` (a
   :class:`CohortUpdate`), when given, trains every round's whole cohort
   instead (issue 35's vectorized execution; ``client_updates`` is then
-  empty). Client ``i`` of a cohort always goes to copy
+  empty). ``client_work_measurements`` maps the server step's
+  ``train_metrics`` to the reference's client work measurements
+  (``OrderedDict(train=...)`` by default; APES reports ``()``). A server
+  step built with ``stats_type=None`` takes no client statistics (the
+  updates' third result is then ignored). Client ``i`` of a cohort always goes to copy
   ``i mod k``, and each copy trains its clients in cohort order, one thread
   per copy: which copy trains which client never depends on timing, so a
   model with seeded stateful random ops (Dropout) draws the same masks in
@@ -160,7 +184,8 @@ class InProcessLearningProcess:
   def __init__(self, reference: tff.learning.templates.LearningProcess,
                client_updates: Sequence[ClientUpdate], server_step: tff.Computation,
                next_client_work_state: Callable[[Any], Any] = lambda state: state,
-               cohort_update: Optional[CohortUpdate] = None):
+               cohort_update: Optional[CohortUpdate] = None,
+               client_work_measurements: Callable[[Any], Any] = _train_measurements):
     if not client_updates and cohort_update is None:
       raise ValueError("an in-process learning process needs at least one client update.")
     self.cohort_update = cohort_update
@@ -168,6 +193,8 @@ class InProcessLearningProcess:
     self.client_updates = list(client_updates)
     self.server_step = server_step
     self.next_client_work_state = next_client_work_state
+    self.client_work_measurements = client_work_measurements
+    self._takes_stats = len(server_step.type_signature.parameter) == 6
     self.initialize = reference.initialize
     self.get_model_weights = reference.get_model_weights
     self.set_model_weights = reference.set_model_weights
@@ -204,9 +231,11 @@ class InProcessLearningProcess:
     """One round: the clients here, then the TFF server step."""
     weights = state.global_model_weights
     results = self._train_clients(state.client_work, weights, client_data)
-    out = self.server_step(state.aggregator, state.finalizer, weights,
-                           [r[0] for r in results], [r[1] for r in results],
-                           [r[2] for r in results])
+    args = [state.aggregator, state.finalizer, weights, [r[0] for r in results],
+            [r[1] for r in results]]
+    if self._takes_stats:
+      args.append([r[2] for r in results])
+    out = self.server_step(*args)
     new_state = tff.learning.templates.LearningAlgorithmState(
         global_model_weights=out["new_weights"], distributor=state.distributor,
         client_work=self.next_client_work_state(state.client_work),
@@ -214,7 +243,7 @@ class InProcessLearningProcess:
         finalizer=out["finalizer_state"])
     measurements = collections.OrderedDict(
         distributor=(),
-        client_work=collections.OrderedDict(train=out["train_metrics"]),
+        client_work=self.client_work_measurements(out["train_metrics"]),
         aggregator=out["aggregator_measurements"],
         finalizer=out["finalizer_measurements"])
     return tff.learning.templates.LearningProcessOutput(new_state, measurements)

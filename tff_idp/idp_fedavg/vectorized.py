@@ -11,14 +11,12 @@ result is what it is alone, within float tolerance
   orders come from the client's own shuffle seed (one ``tf.data`` pipeline
   per cohort, :func:`~tff_idp.engine.cohort_arrays.cohort_orders`); a
   ``tf.data.Dataset`` input is trained in its iteration order;
-* its own number of local steps and epochs: step s of the chunk is taken by
-  the clients that have a step s; the others hold weights and optimizer state
-  (:mod:`tff_idp.engine.cohort_stack`: padding is masked out of the loss, the
-  gradient and every metric);
-* its own update, weight and metrics: Δ = initial − final, zeroed with weight 0
-  and zero metrics if any entry is not finite (as TFF's model-delta client
-  work); weight 1 (``UNIFORM``), its example count (``NUM_EXAMPLES``) or its
-  SCALE clip scale.
+* its own number of local steps and epochs, its own gradient, optimizer
+  state and update (Δ = initial − final, zeroed with weight 0 and zero metrics
+  if any entry is not finite, as TFF's model-delta client work): the shared
+  stacked loop :func:`tff_idp.engine.stacked_training.local_steps`;
+* its own weight and metrics: weight 1 (``UNIFORM``), its example count
+  (``NUM_EXAMPLES``) or its SCALE clip scale.
 
 There is no randomness in this local training (dense models, no Dropout) and
 no privacy step: per-client clipping, the noised sum and the adaptive clip's
@@ -26,9 +24,7 @@ noised count run in the unchanged TFF server step
 (:func:`tff_idp.engine.in_process_round.build_server_step`), once per round,
 as in the per-client executions. The client optimizer is any element-wise
 ``tff.learning.optimizers`` optimizer (SGD with or without momentum, Adam,
-...), run on stacked weights: its per-weight state is stacked and held where
-a client takes no step; its scalar step count is shared, which is exact
-because every client's steps are a prefix of the chunk's.
+...).
 
 Models served: :class:`~tff_idp.engine.stacked_dense.StackedDenseModel`
 (the logistic regression and the MLP of :mod:`tff_idp.models`, built by
@@ -46,54 +42,18 @@ import tensorflow_federated as tff
 
 from tff_idp.engine import cohort_arrays
 from tff_idp.engine import cohort_stack
-from tff_idp.engine.stacked_dense import StackedDenseModel
+from tff_idp.engine import stacked_training
 from tff_idp.idp_fedavg import in_process
 from tff_idp.errors import ClientInputError
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 SCALE_KEY = in_process.SCALE_KEY
 DATA_KEY = in_process.DATA_KEY
-_ACCURACY = {"softmax": "sparse_categorical_accuracy", "sigmoid": "binary_accuracy"}
 _METRIC_KEYS = ("loss", "num_examples", "num_batches")
 
 
-def stacked_model_of(model_fn: Any) -> Optional[tuple[StackedDenseModel, str]]:
-  """(stacked model, head) of a ``tff_idp.models.tff_model_fn`` model of dense layers; else None."""
-  builder = getattr(model_fn, "keras_builder", None)
-  head = getattr(model_fn, "head", None)
-  if builder is None or head not in _ACCURACY:
-    return None
-  with tf.Graph().as_default():  # Keras models made in a graph leave eager ones valid
-    stacked = StackedDenseModel.from_keras(builder())
-  return None if stacked is None else (stacked, head)
-
-
-def vectorizable(model_fn: Any) -> bool:
-  """Whether :class:`VectorizedModelDeltaUpdate` serves ``model_fn`` (module docstring)."""
-  return stacked_model_of(model_fn) is not None
-
-
-def _per_example_loss_and_correct(head: str, labels: tf.Tensor, logits: tf.Tensor
-                                  ) -> tuple[tf.Tensor, tf.Tensor]:
-  """``[clients, batch]`` losses and 0/1 correctness, as the head's Keras loss and accuracy."""
-  if head == "sigmoid":
-    z = logits[..., 0]
-    y = tf.cast(tf.reshape(labels, tf.shape(z)), z.dtype)
-    loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z)
-    correct = tf.cast(tf.equal(tf.cast(z > 0, y.dtype), y), tf.float32)
-    return loss, correct
-  loss = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-  predicted = tf.argmax(logits, axis=-1, output_type=tf.int64)
-  correct = tf.cast(tf.equal(predicted, tf.cast(labels, tf.int64)), tf.float32)
-  return loss, correct
-
-
-def _hold(active: tf.Tensor, new: tf.Tensor, old: tf.Tensor) -> tf.Tensor:
-  """``new`` for the clients taking this step, ``old`` for the others (leading client axis)."""
-  if new.shape.rank == 0:
-    return new  # a shared scalar (a step count or a hyperparameter)
-  shape = tf.concat([tf.shape(active), tf.ones([new.shape.rank - 1], tf.int32)], 0)
-  return tf.where(tf.reshape(active, shape), new, old)
+stacked_model_of = stacked_training.stacked_model_of
+vectorizable = stacked_training.vectorizable
 
 
 class VectorizedModelDeltaUpdate:
@@ -128,7 +88,7 @@ class VectorizedModelDeltaUpdate:
       self._weight_specs = [tf.TensorSpec(v.shape, v.dtype) for v in model.trainable_variables]
       self._widest = max([int(np.prod(v.shape[1:])) for v in model.trainable_variables]
                          + [1])
-    self._accuracy_key = _ACCURACY[self._head]
+    self._accuracy_key = stacked_training.ACCURACY_METRIC[self._head]
     if set(metrics) != {self._accuracy_key, *_METRIC_KEYS}:
       raise ValueError(f"client_execution='vectorized' computes the metrics "
                        f"{[self._accuracy_key, *_METRIC_KEYS]}; this model reports "
@@ -144,58 +104,18 @@ class VectorizedModelDeltaUpdate:
 
   def _signature(self, input_spec: Mapping[str, tf.TensorSpec]) -> list:
     """``_train_fn``'s input signature: hparams, weights, examples [rows, ...], index, mask."""
-    if not isinstance(input_spec, Mapping) or set(input_spec) != {"x", "y"}:
-      raise ValueError("client_execution='vectorized' takes batches OrderedDict(x=..., y=...) "
-                       f"(tff_idp.models.input_spec_for); this model's input spec is {input_spec}.")
+    examples = stacked_training.examples_spec(input_spec)
     hparams = self._optimizer.get_hparams(self._optimizer.initialize(self._weight_specs))
     hparams_spec = tf.nest.map_structure(
         lambda v: tf.TensorSpec.from_tensor(tf.convert_to_tensor(v)), hparams)
-    examples = {k: tf.TensorSpec([None] + s.shape[1:].as_list(), s.dtype)
-                for k, s in input_spec.items()}
-    steps = [None, None, None]
     return [hparams_spec, list(self._weight_specs), examples,
-            tf.TensorSpec(steps, tf.int32), tf.TensorSpec(steps, tf.float32)]
+            stacked_training.STEPS_SPEC, stacked_training.MASK_SPEC]
 
   def _train_fn(self, hparams, initial_weights, examples, index, mask):
     """One chunk: ``(Δ stacked, per-client statistics)`` after every client's local steps."""
-    num_clients = tf.shape(index)[0]
-    weights = [tf.broadcast_to(w[tf.newaxis], tf.concat([[num_clients], tf.shape(w)], 0))
-               for w in initial_weights]
-    # The optimizer's per-weight state is stacked like the weights (a dynamic client axis).
-    specs = tuple(_StackedSpec(tf.shape(w), w.dtype) for w in weights)
-    state = self._optimizer.set_hparams(self._optimizer.initialize(specs), hparams)
-    zeros = tf.zeros([num_clients], tf.float32)
-    loss_total, correct_total, count = zeros, zeros, zeros
-    batches = tf.zeros([num_clients], tf.int64)
-    for s in tf.range(tf.shape(index)[1]):
-      rows, real = index[:, s], mask[:, s]
-      n = tf.reduce_sum(real, axis=1)
-      active = n > 0
-      x = tf.gather(examples["x"], rows)
-      y = tf.gather(examples["y"], rows)
-      with tf.GradientTape() as tape:
-        tape.watch(weights)
-        logits = self._stacked.forward(weights, x)
-        per_example, correct = _per_example_loss_and_correct(self._head, y, logits)
-        batch_loss = tf.reduce_sum(per_example * real, axis=1) / tf.maximum(n, 1.0)
-        total = tf.reduce_sum(batch_loss)
-      gradients = tape.gradient(total, weights)
-      new_state, updated = self._optimizer.next(state, tuple(weights), tuple(gradients))
-      weights = [_hold(active, u, w) for u, w in zip(updated, weights)]
-      state = tf.nest.map_structure(lambda a, b: _hold(active, a, b), new_state, state)
-      loss_total += batch_loss * n
-      correct_total += tf.reduce_sum(correct * real, axis=1)
-      count += n
-      batches += tf.cast(active, tf.int64)
-    delta = [w0[tf.newaxis] - w for w0, w in zip(initial_weights, weights)]
-    finite = tf.ones([num_clients], tf.bool)
-    for d in delta:
-      finite &= tf.reduce_all(tf.reshape(tf.math.is_finite(d), [num_clients, -1]), axis=1)
-    delta = [_hold(finite, d, tf.zeros_like(d)) for d in delta]
-    stats = collections.OrderedDict(
-        loss_total=loss_total, correct_total=correct_total, count=count,
-        num_batches=batches, finite=finite)
-    return delta, stats
+    return stacked_training.local_steps(self._stacked, self._head, self._optimizer,
+                                        initial_weights, examples, index, mask,
+                                        hparams=hparams)
 
   # -- inputs -----------------------------------------------------------------------------
 
@@ -219,14 +139,11 @@ class VectorizedModelDeltaUpdate:
       batches[i] = cohort_stack.order_batches(order, data[i].batch_size)
     for i, d in enumerate(data):
       if examples[i] is None:
-        examples[i], batches[i] = _dataset_batches(d)
+        examples[i], batches[i] = stacked_training.dataset_batches(d)
     return examples, batches
 
   def _bytes_per_client(self, batches: Sequence[list]) -> int:
-    """Stacked weights and optimizer state (≤ 4 copies) and one step's activations, per client."""
-    params = sum(int(np.prod(s.shape)) for s in self._weight_specs)
-    width = max([len(b) for client in batches for b in client] + [1])
-    return 4 * (4 * params + 4 * width * self._widest)
+    return stacked_training.bytes_per_client(self._weight_specs, batches, self._widest)
 
   # -- the call ---------------------------------------------------------------------------
 
@@ -279,16 +196,6 @@ class VectorizedModelDeltaUpdate:
     return delta, weight, metrics
 
 
-class _StackedSpec:
-  """A weight spec whose shape is a tensor (the stacked weights' dynamic client axis).
-
-  A plain class, not a namedtuple: ``tf.nest`` must treat it as one leaf.
-  """
-
-  def __init__(self, shape: tf.Tensor, dtype: tf.DType):
-    self.shape, self.dtype = shape, dtype
-
-
 def _trainable_of(weights: Any) -> list:
   """The trainable weights of a ``ModelWeights`` (or of a plain list of them)."""
   trainable = getattr(weights, "trainable", weights)
@@ -306,19 +213,3 @@ def _scale_value(value: Any) -> float:
     raise ValueError("a SCALE client input's clip_scale dataset is empty; it must hold "
                      "the client's clip scale (tff_idp.idp_fedavg.process.scaled_client_data).")
   return float(last)
-
-
-def _dataset_batches(dataset: tf.data.Dataset) -> tuple[collections.OrderedDict, list]:
-  """A batched client dataset's examples and its batches, in its iteration order."""
-  rows = list(dataset.as_numpy_iterator())
-  spec = dataset.element_spec
-  examples = collections.OrderedDict()
-  for key, s in spec.items():
-    if rows:
-      examples[key] = np.concatenate([r[key] for r in rows])
-    else:
-      examples[key] = np.zeros([0] + [int(d or 0) for d in s.shape[1:]],
-                               s.dtype.as_numpy_dtype)
-  sizes = [len(next(iter(r.values()))) for r in rows]
-  starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-  return examples, [np.arange(starts[k], starts[k + 1]) for k in range(len(sizes))]
