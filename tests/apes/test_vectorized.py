@@ -164,3 +164,26 @@ def test_refusals():
                               **_settings("clip_laplace"))
   assert isinstance(build_apes_driver_process(cnn_fn, **_settings("clip_laplace")),
                     tff.learning.templates.LearningProcess)  # auto: tff
+
+
+def test_the_tff_computation_gives_the_same_reports_inside_a_client_computation():
+  """A silo of users as one TFF client: ``federated_map`` of the cohort computation."""
+  optimizer = tff.learning.optimizers.build_sgdm(learning_rate=LR)
+  update = VectorizedLdpUpdate(MODEL_FN, mechanism="clip_laplace", client_optimizer=optimizer,
+                               clip=C, proximal_strength=MU, local_epochs=EPOCHS)
+  weights = tff.learning.models.ModelWeights.from_model(MODEL_FN())
+  users = _users()
+  comp = update.tff_computation()
+  assert str(comp.type_signature.result) == f"<float32[?,{FEATURES},{CLASSES}],float32[?,{CLASSES}]>"
+
+  @tff.federated_computation(tff.FederatedType(comp.type_signature.parameter, tff.CLIENTS))
+  def silos(cohorts):
+    return tff.federated_map(comp, cohorts)
+
+  [reports] = silos([update.cohort_arguments(3, weights, users)])
+  want = update(np.int64(3), weights, users)
+  for j, (report, _, _) in enumerate(want):
+    np.testing.assert_allclose(_flat([r[j] for r in reports]), _flat(report["ldp_report"]),
+                               atol=1e-6)
+  with pytest.raises(ToolkitValueError, match="at least one user"):
+    update.cohort_arguments(0, weights, [])

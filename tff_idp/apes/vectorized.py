@@ -34,6 +34,11 @@ runner) or the TFF client work's own input
 its one-element privacy dataset, read here; any other length of the privacy
 dataset is refused, as in the TFF computation).
 
+**In your own TFF pipeline**: :meth:`VectorizedLdpUpdate.tff_computation` is
+the same client work as a ``tff.tensorflow.computation`` over a stacked
+cohort (:meth:`VectorizedLdpUpdate.cohort_arguments`), for a TFF client that
+holds a whole cohort of users.
+
 Models served: the logistic regression and the MLP of :mod:`tff_idp.models`
 (:func:`tff_idp.engine.stacked_training.vectorizable`).
 """
@@ -144,12 +149,12 @@ class VectorizedLdpUpdate:
     dimension = sum(self._sizes)
     self._keep = None if keep is None else debias.check_keep(keep, dimension)
     self._max_chunk_bytes, self._max_chunk_clients = max_chunk_bytes, max_chunk_clients
-    signature = [tf.TensorSpec([], tf.int64), list(self._weight_specs),
-                 stacked_training.examples_spec(input_spec), stacked_training.STEPS_SPEC,
-                 stacked_training.MASK_SPEC, tf.TensorSpec([None], tf.float32),
-                 tf.TensorSpec([None, 2], tf.int64)]
+    self._signature = [tf.TensorSpec([], tf.int64), list(self._weight_specs),
+                       stacked_training.examples_spec(input_spec), stacked_training.STEPS_SPEC,
+                       stacked_training.MASK_SPEC, tf.TensorSpec([None], tf.float32),
+                       tf.TensorSpec([None, 2], tf.int64)]
     # One trace for every cohort: the chunk's users, steps and records are dynamic.
-    self._train = tf.function(self._train_fn, input_signature=signature)
+    self._train = tf.function(self._train_fn, input_signature=self._signature)
 
   def _train_fn(self, round_num, initial_weights, examples, index, mask, epsilons, seeds):
     """One chunk's reports: local FedProx, then each user's randomizer at its ε and seed."""
@@ -173,6 +178,43 @@ class VectorizedLdpUpdate:
                         fn_output_signature=tf.TensorSpec([sum(self._sizes)], tf.float32))
     parts = tf.split(reports, self._sizes, axis=1)
     return [tf.reshape(p, [num_clients] + s) for p, s in zip(parts, self._shapes)]
+
+  # -- for your own TFF computations -----------------------------------------------------
+
+  def cohort_arguments(self, round_num: int, initial_weights: Any, client_inputs: Sequence[Any]
+                       ) -> tuple:
+    """The arguments of :meth:`tff_computation` for a whole cohort (one chunk, in its order)."""
+    users = [self._unwrap(c) for c in client_inputs]
+    if not users:
+      raise ToolkitValueError("a cohort needs at least one user.")
+    steps = cohort_stack.stack_steps([u[0] for u in users], [u[1] for u in users])
+    trainable = [np.asarray(w) for w in getattr(initial_weights, "trainable", initial_weights)]
+    return (np.int64(round_num), trainable,
+            collections.OrderedDict((k, steps.examples[k]) for k in ("x", "y")),
+            steps.index, steps.mask, np.asarray([u[2] for u in users], np.float32),
+            np.stack([u[3] for u in users]).astype(np.int64))
+
+  def tff_computation(self) -> tff.Computation:
+    """The vectorized client work as a ``tff.tensorflow.computation``, for your TFF pipelines.
+
+    ``(round, trainable weights, examples, index, mask, ε [users], seeds
+    [users, 2]) -> reports``: every user's randomized report (one tensor per
+    trainable weight, with a leading user axis), as :meth:`__call__` computes
+    them; build the arguments with :meth:`cohort_arguments`. Where it is
+    valid: inside a client computation that holds a whole cohort of users
+    (e.g. a silo of users, each randomizing at its own ε before anything
+    leaves it), ``tff.federated_map`` it and sum the reports over the user
+    axis before the server's analyzer (which then needs the number of
+    reports: the users, not the silos). The seeds are secret: build them
+    with :func:`tff_idp.apes.clip_laplace.client_seed`.
+    """
+    types = [tff.types.tensorflow_to_type(s) for s in self._signature]
+    train = self._train  # the traced tf.function (AutoGraph turns its step loop into a graph loop)
+
+    def reports(round_num, initial_weights, examples, index, mask, epsilons, seeds):
+      return train(round_num, initial_weights, examples, index, mask, epsilons, seeds)
+
+    return tff.tensorflow.computation(reports, *types)
 
   # -- inputs -----------------------------------------------------------------------------
 
