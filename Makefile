@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_small_model_rounds
 	$(PY) -m benchmarks.bench_large_cohorts
 	$(PY) -m benchmarks.bench_apes_rounds
+	$(PY) -m benchmarks.bench_rpdp_cohorts
 	$(PY) -m benchmarks.bench_workers
 	$(PY) -m benchmarks.bench_flag_errors
 	$(PY) -m benchmarks.bench_worker_memory

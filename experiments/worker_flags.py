@@ -57,12 +57,12 @@ def define_client_execution() -> None:
       "client_execution", "auto", ["auto", "in_process", "vectorized", "tff"],
       "Where the clients train. in_process (IDP-FedAvg, rPDP-FL): in this process, several "
       "at once (faster for conv nets; the aggregator and server update still run in TFF, "
-      "unchanged); vectorized (IDP-FedAvg and APES, logreg and MLP): in this process, the "
-      "whole cohort as one computation on stacked weights (APES: each user's randomizer "
-      "at its own ε and seed included), the server step unchanged; tff: as TFF client "
+      "unchanged); vectorized (logreg and MLP): in this process, the whole cohort as one "
+      "computation on stacked weights (rPDP-FL and APES: each client's sampling and noise "
+      "from its own seed included), the server step unchanged; tff: as TFF client "
       "computations on the worker(s). auto: tff with --workers or --audit_canaries "
       "(IDP-FedAvg; rPDP-FL's canary runs always use tff), vectorized for the logreg and "
-      "MLP of IDP-FedAvg and APES, tff for other models under 10,000 parameters, "
+      "MLP, tff for other models under 10,000 parameters, "
       "in_process otherwise (APES: tff).")
   flags.DEFINE_integer(
       "parallel_clients", None,

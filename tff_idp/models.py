@@ -73,14 +73,21 @@ def _binary_labels_and_logits(labels: tf.Tensor, logits: tf.Tensor):
 
 
 def per_example_loss(head: str = "softmax") -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """``(labels, logits) -> [B]`` losses for the record-level DP-SGD client work."""
+  """``(labels, logits) -> [B]`` losses for the record-level DP-SGD client work.
+
+  The function carries its ``head`` as an attribute (the vectorized client
+  execution recognizes the head's loss by it).
+  """
   if head == "softmax":
-    return lambda labels, logits: tf.keras.losses.sparse_categorical_crossentropy(
-        labels, logits, from_logits=True)
+    def categorical(labels, logits):
+      return tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    categorical.head = head
+    return categorical
   if head == "sigmoid":
     def binary(labels, logits):
       y, z = _binary_labels_and_logits(labels, logits)
       return tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z)
+    binary.head = head
     return binary
   raise ValueError(f"head={head!r} must be one of {HEADS}.")
 

@@ -87,8 +87,11 @@ def test_an_all_padding_cohort_leaves_the_model_unchanged():
                 local.get_model_weights(out.state).trainable)
 
 
-def test_auto_picks_in_process_for_large_models_and_tff_for_small_ones_and_the_audit():
-  assert not isinstance(_build("auto"), in_process_round.InProcessLearningProcess)  # 83 params
+def test_auto_picks_vectorized_in_process_or_tff_by_model_and_the_audit():
+  # A small dense model: vectorized (issue 35); with per-example weights it is not served: TFF.
+  assert _build("auto").cohort_update is not None  # 83 params
+  weighted = _build("auto", example_weight_fn=lambda losses, thresholds: tf.ones_like(losses))
+  assert not isinstance(weighted, in_process_round.InProcessLearningProcess)
   cnn_spec = collections.OrderedDict(x=tf.TensorSpec([None, 28, 28, 1], tf.float32),
                                      y=tf.TensorSpec([None], tf.int32))
   cnn_fn = models.tff_model_fn(lambda: models.build_rpdp_mnist_cnn(), cnn_spec)

@@ -259,10 +259,14 @@ def test_client_data_follows_the_ledger_past_the_affordable_rounds():
     accountant.end_round(fed.client_ids)
   accountant.begin_round()
   make = record_level.record_input_fn(fed, plan, accountant, PrivacyRandomness.secret())
+  # The vectorized execution's inputs (arrays) carry the same ledger rates.
+  make_arrays = record_level.record_input_fn(fed, plan, accountant,
+                                             PrivacyRandomness.secret(), arrays=True)
   excluded = 0
   for cid in fed.client_ids:
     sent = np.concatenate([b["q"].numpy() for b in make(cid, 8)])
     np.testing.assert_array_equal(sent, accountant.current_rates(cid).astype(np.float32))
+    np.testing.assert_array_equal(make_arrays(cid, 8).q, sent)
     gone = (sent == 0) & (np.asarray(plan.rates[cid]) > 0)
     excluded += int(gone.sum())
   assert excluded > 0  # the property is exercised: some records ran out of budget

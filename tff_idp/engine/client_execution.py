@@ -8,7 +8,8 @@ TF-free, so command lines check the setting before TensorFlow loads.
   in TFF, unchanged;
 * ``"vectorized"``: the whole cohort's local training as one computation
   per chunk of clients, in this process (issue 35; models of dense layers
-  only, e.g. IDP-FedAvg's :mod:`tff_idp.idp_fedavg.vectorized`), the
+  only: :mod:`tff_idp.idp_fedavg.vectorized`, :mod:`tff_idp.rpdp.vectorized`,
+  :mod:`tff_idp.apes.vectorized`), the
   aggregation and server update in TFF, unchanged;
 * ``"auto"``: TFF client computations when an audit adds canaries (TFF
   client work); otherwise vectorized where the family and model serve it;
@@ -62,7 +63,10 @@ def resolve_client_execution(requested: str, num_parameters: Optional[int],
   the vectorized round was faster than both per-client executions at every
   cohort size measured (1.9-2.5x the TFF client computations at c = 10,
   2.1-3.4x at c = 100, 3.0x at c = 1,000; 1.6x the in-process round at the
-  main job's setting), so ``auto`` takes it wherever it is served.
+  main job's setting; ``bench_rpdp_cohorts.py``: rPDP-FL's logistic regression
+  2.4x the TFF client computations at c = 100 and 3.0x at c = 1,000, given
+  array inputs; ``bench_apes_rounds.py``: an APES round of 1,000 users 8.6x),
+  so ``auto`` takes it wherever it is served.
   """
   if requested != "auto":
     return check_client_execution(requested)

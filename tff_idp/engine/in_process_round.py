@@ -88,8 +88,9 @@ def resolve_for_model(requested: str, model_fn: Callable[[], Any], canaries: str
   if execution == "vectorized" and not vectorizable:
     raise ValueError("client_execution='vectorized' serves models of Dense layers built by "
                      "tff_idp.models.tff_model_fn (the logistic regression, the MLP) in "
-                     "IDP-FedAvg and APES; use client_execution='tff' (or 'in_process' "
-                     "where the family has it) here.")
+                     "IDP-FedAvg, rPDP-FL (with the head's loss and no per-example weights) "
+                     "and APES; use client_execution='tff' (or 'in_process' where the family "
+                     "has it) here.")
   return execution
 
 

@@ -71,5 +71,27 @@ class StackedDenseModel:
       h = activation(h)
     return h
 
+  def forward_recording(self, weights: Sequence[tf.Tensor], x: tf.Tensor,
+                        tape: tf.GradientTape) -> tuple[tf.Tensor, list]:
+    """:meth:`forward`, recording each layer's input a and pre-activation z (watched by ``tape``).
+
+    Returns ``(logits, [(a, z, has_bias), ...])`` per Dense layer, z = a·W
+    before the bias: the per-example gradients of a loss are then
+    ``a_j ⊗ ∂ℓ_j/∂z_j`` (kernel) and ``∂ℓ_j/∂z_j`` (bias), the layer-wise
+    per-example clipping of :mod:`tff_idp.rpdp.per_example` on stacked weights.
+    """
+    h, i, recorded = x, 0, []
+    for activation, has_bias in self._layers:
+      z = tf.matmul(h, weights[i])
+      tape.watch(z)
+      recorded.append((h, z, has_bias))
+      i += 1
+      out = z
+      if has_bias:
+        out = z + weights[i][:, tf.newaxis, :]
+        i += 1
+      h = activation(out)
+    return h, recorded
+
   def __call__(self, weights: Sequence[tf.Tensor], x: tf.Tensor) -> Any:
     return self.forward(weights, x)

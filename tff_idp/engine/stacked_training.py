@@ -91,6 +91,25 @@ class _StackedSpec:
     self.shape, self.dtype = shape, dtype
 
 
+def stacked_copies(weights: Sequence[tf.Tensor], num_clients: tf.Tensor) -> list[tf.Tensor]:
+  """Every weight repeated along a new leading client axis of length ``num_clients``."""
+  return [tf.broadcast_to(w[tf.newaxis], tf.concat([[num_clients], tf.shape(w)], 0))
+          for w in weights]
+
+
+def stacked_optimizer_state(optimizer: tff.learning.optimizers.Optimizer,
+                            stacked_weights: Sequence[tf.Tensor], hparams: Any = None) -> Any:
+  """The optimizer's initial state for stacked weights: per-weight state stacked like them.
+
+  ``hparams`` (``get_hparams`` structure) replaces the built-in ones when given.
+  """
+  specs = tuple(_StackedSpec(tf.shape(w), w.dtype) for w in stacked_weights)
+  state = optimizer.initialize(specs)
+  if hparams is not None:
+    state = optimizer.set_hparams(state, hparams)
+  return state
+
+
 def local_steps(stacked: StackedDenseModel, head: str,
                 optimizer: tff.learning.optimizers.Optimizer, initial_weights: Sequence[tf.Tensor],
                 examples: Any, index: tf.Tensor, mask: tf.Tensor, *, hparams: Any = None,
@@ -118,13 +137,8 @@ def local_steps(stacked: StackedDenseModel, head: str,
     ``finite`` (bool).
   """
   num_clients = tf.shape(index)[0]
-  weights = [tf.broadcast_to(w[tf.newaxis], tf.concat([[num_clients], tf.shape(w)], 0))
-             for w in initial_weights]
-  # The optimizer's per-weight state is stacked like the weights (a dynamic client axis).
-  specs = tuple(_StackedSpec(tf.shape(w), w.dtype) for w in weights)
-  state = optimizer.initialize(specs)
-  if hparams is not None:
-    state = optimizer.set_hparams(state, hparams)
+  weights = stacked_copies(initial_weights, num_clients)
+  state = stacked_optimizer_state(optimizer, weights, hparams)
   mu = float(proximal_strength)
   zeros = tf.zeros([num_clients], tf.float32)
   loss_total, correct_total, count = zeros, zeros, zeros

@@ -37,6 +37,7 @@ from tff_idp.engine import in_process_round
 from tff_idp.engine import tff_composition
 from tff_idp.rpdp import dp_sgd
 from tff_idp.rpdp import in_process
+from tff_idp.rpdp import vectorized
 from tff_idp.rpdp import record_stats
 from tff_idp.rpdp import records
 
@@ -184,16 +185,23 @@ def build_rpdp_fedavg_driver_process(
   computation; ``"in_process"`` runs the same DP-SGD function in this process
   (:mod:`tff_idp.rpdp.in_process`; records, rates and seeds read from the same
   client datasets, so the rounds are equal within float tolerance) and the
-  mean and server optimizer in TFF; ``"auto"`` (default) picks as IDP-FedAvg
-  does (:func:`tff_idp.engine.client_execution.resolve_client_execution`: in
-  process from 10,000 trainable parameters up, in TFF for smaller models and
-  for the audit variant). ``parallel_clients``: in-process model copies
-  (default: the core count, at most 4).
+  mean and server optimizer in TFF; ``"vectorized"`` runs every sampled
+  client's DP-SGD at once on stacked weights (:mod:`tff_idp.rpdp.vectorized`:
+  the logistic regression and the MLP with the head's loss, no per-example
+  weights; the same record samples and noise from the same seeds);
+  ``"auto"`` (default) picks as IDP-FedAvg does
+  (:func:`tff_idp.engine.client_execution.resolve_client_execution`: TFF for
+  the audit variant, vectorized where served, in process from 10,000
+  trainable parameters up, in TFF for other small models).
+  ``parallel_clients``: in-process model copies (default: the core count, at
+  most 4).
   """
   execution = in_process_round.resolve_for_model(
       client_execution, model_fn,
       "the record-level audit's canaries" if record_replacement is not None else "",
-      parallel_clients)
+      parallel_clients,
+      vectorizable=vectorized.vectorizable(model_fn, loss_fn, example_weight_fn,
+                                           record_replacement))
   client_work = build_record_dp_client_work(
       model_fn, client_optimizer, local_steps=local_steps,
       noise_multiplier=noise_multiplier, clip_norm=clip_norm, loss_fn=loss_fn,
@@ -215,6 +223,17 @@ def build_rpdp_fedavg_driver_process(
       client_work, aggregator, finalizer)
   if execution == "tff":
     return reference
+  if execution == "vectorized":
+    cohort_update = vectorized.VectorizedRecordDpUpdate(
+        model_fn, client_optimizer, local_steps=local_steps,
+        noise_multiplier=noise_multiplier, clip_norm=clip_norm, loss_fn=loss_fn,
+        example_weight_fn=example_weight_fn)
+    server_step = in_process_round.build_server_step(
+        aggregator, finalizer, cohort_update.stats_type,
+        record_stats.build_aggregate(cohort_update.stats_type))
+    return in_process_round.InProcessLearningProcess(
+        reference, [], server_step, next_client_work_state=in_process.next_round,
+        cohort_update=cohort_update)
   copies = parallel_clients or client_execution_lib.default_parallel_clients()
   updates = [in_process.RecordDpClientUpdate(
       model_fn, client_optimizer, local_steps=local_steps, noise_multiplier=noise_multiplier,

@@ -31,7 +31,9 @@ from tff_idp.accounting.record.plan import METHODS  # pylint: disable=unused-imp
 from tff_idp.accounting.record.plan import RecordPlan
 from tff_idp.accounting.record.plan import make_record_plan  # pylint: disable=unused-import
 from tff_idp import array_checks
+from tff_idp.rpdp import vectorized
 from tff_idp.rpdp.client_work import record_dataset
+from tff_idp.rpdp.records import RecordArrays
 from tff_idp.errors import ToolkitValueError
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.sampling import PoissonClientSampler
@@ -79,7 +81,8 @@ def record_input_fn(federation: RecordFederation, plan: RecordPlan,
                     accountant: Optional[RecordBudgetAccountant],
                     randomness: PrivacyRandomness,
                     batch_size: int = 1024,
-                    canaries: Optional[Any] = None) -> Callable[[str, int], Any]:
+                    canaries: Optional[Any] = None,
+                    arrays: bool = False) -> Callable[[str, int], Any]:
   """``(client_id, round) -> dataset`` with the records' current rates (0 = excluded).
 
   The dataset carries the client's secret seed for the round
@@ -90,13 +93,20 @@ def record_input_fn(federation: RecordFederation, plan: RecordPlan,
   via ``canaries.client_records(client_id, x, y, q) -> (x, y, q, canary_index)``.
   The real records' rates still come from the ledger, which never sees a
   canary.
+
+  ``arrays``: a :class:`tff_idp.rpdp.records.RecordArrays` (the same records,
+  rates and seed, no ``tf.data`` pipeline) for the vectorized execution.
   """
+  if arrays and canaries is not None:
+    raise ValueError("canaries run as TFF client work: build their datasets (arrays=False).")
 
   def make(client_id: str, round_num: int):
     q = accountant.current_rates(client_id) if accountant is not None \
         else plan.rates[client_id]
     x, y = federation.x[client_id], federation.y[client_id]
     seed = randomness.client_seed(client_id, round_num)
+    if arrays:
+      return RecordArrays(x, y, q, seed)
     if canaries is None:
       return record_dataset(x, y, q, seed, batch_size)
     x, y, q, index = canaries.client_records(client_id, x, y, q)
@@ -106,10 +116,12 @@ def record_input_fn(federation: RecordFederation, plan: RecordPlan,
 
 
 def empty_input_fn(federation: RecordFederation,
-                   with_canaries: bool = False) -> Callable[[], Any]:
+                   with_canaries: bool = False, arrays: bool = False) -> Callable[[], Any]:
   """A client with no records (for cohort padding: weight 0, update 0)."""
   cid = federation.client_ids[0]
   x, y = federation.x[cid][:0], federation.y[cid][:0]
+  if arrays:
+    return lambda: RecordArrays(x, y, np.zeros(0, np.float32), (0, 0))
   index = np.zeros(0, np.int32) if with_canaries else None
   return lambda: record_dataset(x, y, np.zeros(0, np.float32), (0, 0), canary_index=index)
 
@@ -188,6 +200,9 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
         "'client_optimizer': 'sgd', 'server_learning_rate': 1.0}); they go into the "
         "checkpoint fingerprint, so a resume under other ones is refused.")
   accountant = plan.new_accountant()
+  # The vectorized execution reads arrays; the others their datasets (the same records).
+  arrays = isinstance(getattr(process, "cohort_update", None),
+                      vectorized.VectorizedRecordDpUpdate)
   client_ids = federation.client_ids
   randomness = PrivacyRandomness.for_run(run_seed, f"rpdp/{plan.method}",
                                          insecure_reproducible_noise)
@@ -196,7 +211,7 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
   driver = RoundDriver(
       process=process, sampler=sampler,
       client_input_fn=record_input_fn(federation, plan, accountant, randomness,
-                                      canaries=canaries),
+                                      canaries=canaries, arrays=arrays),
       output_dir=output_dir, evaluate_fn=evaluate_fn, eval_every=eval_every,
       checkpoint_every=checkpoint_every, progress=progress,
       run_fingerprint=fingerprint_lib.run_fingerprint(
@@ -214,7 +229,8 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
           run_seed=run_seed,
           insecure_reproducible_noise=insecure_reproducible_noise),
       restart=restart,
-      padding_input_fn=empty_input_fn(federation, with_canaries=canaries is not None),
+      padding_input_fn=empty_input_fn(federation, with_canaries=canaries is not None,
+                                      arrays=arrays),
       ledger=accountant, process_diagnostics=RECORD_LEVEL_FIELDS,
       privacy_randomness=randomness, release_only=release_only,
       eval_metrics=tuple(eval_metrics))

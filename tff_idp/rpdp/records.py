@@ -26,6 +26,7 @@ two updates are differenced.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import secrets
 from typing import Optional
 
@@ -96,6 +97,35 @@ def record_dataset(x: np.ndarray, y: np.ndarray, q: np.ndarray,
                        f"{len(canary_index)} for {n}).")
     fields[CANARY_KEY] = np.asarray(canary_index, np.int32)
   return tf.data.Dataset.from_tensor_slices(fields).batch(batch_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordArrays:
+  """One client's round input as arrays, for the vectorized execution (no ``tf.data`` read).
+
+  The same records, rates and seed :func:`record_dataset` would carry
+  (:meth:`dataset` gives that dataset, for the per-client executions). The
+  seed is the client's secret; the process still folds its round counter in.
+  """
+
+  x: np.ndarray
+  y: np.ndarray
+  q: np.ndarray
+  seed: np.ndarray
+
+  def __post_init__(self):
+    seed = np.asarray(self.seed)
+    if seed.shape != (2,) or not np.issubdtype(seed.dtype, np.integer):
+      raise ValueError(f"seed must be two integers (a stateless RNG seed); got {self.seed!r}.")
+    if not len(self.x) == len(self.y) == len(self.q):
+      raise ValueError(f"x, y and q must have one row per record (got {len(self.x)}, "
+                       f"{len(self.y)}, {len(self.q)}).")
+    object.__setattr__(self, "seed", seed.astype(np.int64))
+    object.__setattr__(self, "q", np.asarray(self.q, np.float32))
+
+  def dataset(self, batch_size: int = 512) -> tf.data.Dataset:
+    """The same client as :func:`record_dataset` builds it."""
+    return record_dataset(self.x, self.y, self.q, tuple(self.seed), batch_size)
 
 
 def collect_records(dataset: tf.data.Dataset):
