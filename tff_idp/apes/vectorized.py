@@ -138,12 +138,7 @@ class VectorizedLdpUpdate:
           "client_execution='tff' for this model.")
     self._stacked, self._head = served
     self._mechanism, self._optimizer = mechanism, client_optimizer
-    with tf.Graph().as_default():
-      model = model_fn()
-      input_spec = model.input_spec
-      self._weight_specs = [tf.TensorSpec(v.shape, v.dtype) for v in model.trainable_variables]
-      self._widest = max([int(np.prod(v.shape[1:])) for v in model.trainable_variables]
-                         + [1])
+    input_spec, self._weight_specs, self._widest = stacked_training.model_shapes(model_fn)
     self._shapes = [s.shape.as_list() for s in self._weight_specs]
     self._sizes = [int(np.prod(s)) for s in self._shapes]
     dimension = sum(self._sizes)

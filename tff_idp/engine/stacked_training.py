@@ -58,6 +58,19 @@ def vectorizable(model_fn: Any) -> bool:
   return stacked_model_of(model_fn) is not None
 
 
+def model_shapes(model_fn: Any) -> tuple[Any, list[tf.TensorSpec], int]:
+  """(input spec, trainable weight specs, widest layer's output width) of ``model_fn``'s model.
+
+  Built in a throw-away graph; the width sizes a chunk's activations
+  (:func:`bytes_per_client`).
+  """
+  with tf.Graph().as_default():
+    model = model_fn()
+    specs = [tf.TensorSpec(v.shape, v.dtype) for v in model.trainable_variables]
+    widest = max([int(np.prod(v.shape[1:])) for v in model.trainable_variables] + [1])
+    return model.input_spec, specs, widest
+
+
 def per_example_loss_and_correct(head: str, labels: tf.Tensor, logits: tf.Tensor
                                  ) -> tuple[tf.Tensor, tf.Tensor]:
   """``[clients, batch]`` losses and 0/1 correctness, as the head's Keras loss and accuracy."""

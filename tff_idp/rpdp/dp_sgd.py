@@ -141,6 +141,19 @@ class RecordReplacement(Protocol):
                ) -> Callable[[list], per_example.ExampleReplacement]: ...
 
 
+def noise_std_of(local_steps: int, noise_multiplier: float, clip_norm: float) -> float:
+  """σ·L, the noise std of every local step, after checking the three settings (0: no noise)."""
+  if local_steps < 1:
+    raise ValueError(f"local_steps={local_steps!r} must be >= 1.")
+  if noise_multiplier < 0:
+    raise ValueError(f"noise_multiplier={noise_multiplier!r} must be >= 0 (0 = no noise).")
+  if not clip_norm > 0:
+    raise ValueError(f"clip_norm={clip_norm!r} must be > 0 (inf = no clipping).")
+  if noise_multiplier > 0 and not np.isfinite(clip_norm):
+    raise ValueError("noise needs a finite clip_norm: σ·L is the noise std.")
+  return float(noise_multiplier) * float(clip_norm) if noise_multiplier > 0 else 0.0
+
+
 def build_local_dp_sgd(model: tff.learning.models.VariableModel,
                        optimizer: tff.learning.optimizers.Optimizer,
                        local_steps: int, noise_multiplier: float, clip_norm: float,
@@ -168,15 +181,7 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   returns. They are left out of Σ_j q_j (the normaliser and
   ``stats["expected_batch"]``) and of the loss, sampled and clipped counts.
   """
-  if local_steps < 1:
-    raise ValueError(f"local_steps={local_steps!r} must be >= 1.")
-  if noise_multiplier < 0:
-    raise ValueError(f"noise_multiplier={noise_multiplier!r} must be >= 0 (0 = no noise).")
-  if not clip_norm > 0:
-    raise ValueError(f"clip_norm={clip_norm!r} must be > 0 (inf = no clipping).")
-  if noise_multiplier > 0 and not np.isfinite(clip_norm):
-    raise ValueError("noise needs a finite clip_norm: σ·L is the noise std.")
-  noise_std = float(noise_multiplier) * float(clip_norm) if noise_multiplier > 0 else 0.0
+  noise_std = noise_std_of(local_steps, noise_multiplier, clip_norm)
 
   @tf.function
   def local_update(initial_weights, x, y, q, seed, clip_norms=None, canary_index=None):

@@ -91,26 +91,13 @@ class VectorizedRecordDpUpdate:
           "MLP of tff_idp.models.tff_model_fn, the head's own loss "
           "(tff_idp.models.per_example_loss) and no per-example weights; use "
           "client_execution='in_process' or 'tff' here.")
-    if local_steps < 1:
-      raise ValueError(f"local_steps={local_steps!r} must be >= 1.")
-    if noise_multiplier < 0:
-      raise ValueError(f"noise_multiplier={noise_multiplier!r} must be >= 0 (0 = no noise).")
-    if not clip_norm > 0:
-      raise ValueError(f"clip_norm={clip_norm!r} must be > 0 (inf = no clipping).")
-    if noise_multiplier > 0 and not np.isfinite(clip_norm):
-      raise ValueError("noise needs a finite clip_norm: σ·L is the noise std.")
+    self._noise_std = dp_sgd.noise_std_of(local_steps, noise_multiplier, clip_norm)
     self._stacked, self._head = stacked_training.stacked_model_of(model_fn)
     self._optimizer = optimizer
     self._steps = int(local_steps)
     self._clip = float(clip_norm)
-    self._noise_std = float(noise_multiplier) * self._clip if noise_multiplier > 0 else 0.0
     self._max_chunk_bytes, self._max_chunk_clients = max_chunk_bytes, max_chunk_clients
-    with tf.Graph().as_default():
-      model = model_fn()
-      input_spec = model.input_spec
-      self._weight_specs = [tf.TensorSpec(v.shape, v.dtype) for v in model.trainable_variables]
-      self._widest = max([int(np.prod(v.shape[1:])) for v in model.trainable_variables]
-                         + [1])
+    input_spec, self._weight_specs, self._widest = stacked_training.model_shapes(model_fn)
     examples = stacked_training.examples_spec(input_spec)
     stats_spec = {k: tf.TensorSpec([], tf.float32) for k in record_stats.STAT_KEYS}
     self.stats_type = tff.types.tensorflow_to_type(
