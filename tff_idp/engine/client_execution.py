@@ -62,7 +62,7 @@ def resolve_client_execution(requested: str, num_parameters: Optional[int],
   ``bench_small_model_rounds.py``): for the logistic regression and the MLP
   the vectorized round was faster than both per-client executions at every
   cohort size measured (1.9-2.5x the TFF client computations at c = 10,
-  2.1-3.4x at c = 100, 3.0x at c = 1,000; 1.6x the in-process round at the
+  2.1-3.4x at c = 100, 3.0x at c = 1,000; 1.46x the in-process round (idle) at the
   main job's setting; ``bench_rpdp_cohorts.py``: rPDP-FL's logistic regression
   2.4x the TFF client computations at c = 100 and 3.0x at c = 1,000, given
   array inputs; ``bench_apes_rounds.py``: an APES round of 1,000 users 8.6x),
