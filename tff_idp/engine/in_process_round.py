@@ -110,7 +110,8 @@ def client_data_options() -> tf.data.Options:
 def build_server_step(aggregator: tff.templates.AggregationProcess,
                       finalizer: tff.learning.templates.FinalizerProcess,
                       stats_type: Optional[tff.types.Type],
-                      aggregate_stats: Optional[Callable[[Any], Any]]) -> tff.Computation:
+                      aggregate_stats: Optional[Callable[[Any], Any]],
+                      stats_at_server: bool = False) -> tff.Computation:
   """The round's server part as one TFF computation (the composed process's lines, unchanged).
 
   ``(aggregator state, finalizer state, global weights@SERVER, updates@CLIENTS,
@@ -121,7 +122,13 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
   client-placed statistics to the server's training measurements).
   ``stats_type=None``: the clients send no statistics (APES: nothing
   unrandomized leaves a client); the computation then takes no statistics
-  and ``train_metrics`` is ``()``.
+  and ``train_metrics`` is ``()``. ``stats_at_server``: the statistics come
+  already summed over the cohort, placed at ``tff.SERVER``
+  (:func:`sum_client_stats`; the vectorized executions), and
+  ``aggregate_stats`` only finalizes them: the same training measurements
+  (sums of the same numbers) without one TFF client value per client, which
+  was half of the server step at c = 1,000 (issue 35). The aggregator still
+  gets every client's update and weight as its own client value.
   """
   agg_state_type, value_type, weight_type = aggregator.next.type_signature.parameter
   fin_state_type, weights_type, _ = finalizer.next.type_signature.parameter
@@ -143,13 +150,32 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
 
     return server_step_without_stats
 
+  placement = tff.SERVER if stats_at_server else tff.CLIENTS
+
   @tff.federated_computation(agg_state_type, fin_state_type, weights_type, value_type,
-                             weight_type, tff.FederatedType(stats_type, tff.CLIENTS))
+                             weight_type, tff.FederatedType(stats_type, placement))
   def server_step(agg_state, fin_state, global_weights, updates, update_weights, stats):
     return step(agg_state, fin_state, global_weights, updates, update_weights,
                 aggregate_stats(stats))
 
   return server_step
+
+
+def sum_client_stats(stats: Sequence[Any], stats_type: tff.types.Type) -> Any:
+  """The clients' statistics summed leaf by leaf in their own dtypes (zeros for no client).
+
+  What ``tff.federated_sum`` computes of them, for a server step built with
+  ``stats_at_server=True``.
+  """
+  specs = tff.types.type_to_tf_tensor_specs(stats_type)
+  leaves = [tf.nest.flatten(s) for s in stats]
+  summed = []
+  for k, spec in enumerate(tf.nest.flatten(specs)):
+    dtype = spec.dtype.as_numpy_dtype
+    column = [np.asarray(client[k], dtype) for client in leaves]
+    summed.append(np.sum(np.stack(column), axis=0, dtype=dtype) if column
+                  else np.zeros(spec.shape, dtype))
+  return tf.nest.pack_sequence_as(specs, summed)
 
 
 def _train_measurements(train_metrics: Any) -> Any:
@@ -195,7 +221,10 @@ class InProcessLearningProcess:
     self.server_step = server_step
     self.next_client_work_state = next_client_work_state
     self.client_work_measurements = client_work_measurements
-    self._takes_stats = len(server_step.type_signature.parameter) == 6
+    parameters = server_step.type_signature.parameter
+    self._takes_stats = len(parameters) == 6
+    self._stats_at_server = self._takes_stats and parameters[5].placement is tff.SERVER
+    self._summed_stats_type = parameters[5].member if self._stats_at_server else None
     self.initialize = reference.initialize
     self.get_model_weights = reference.get_model_weights
     self.set_model_weights = reference.set_model_weights
@@ -234,7 +263,9 @@ class InProcessLearningProcess:
     results = self._train_clients(state.client_work, weights, client_data)
     args = [state.aggregator, state.finalizer, weights, [r[0] for r in results],
             [r[1] for r in results]]
-    if self._takes_stats:
+    if self._stats_at_server:
+      args.append(sum_client_stats([r[2] for r in results], self._summed_stats_type))
+    elif self._takes_stats:
       args.append([r[2] for r in results])
     out = self.server_step(*args)
     new_state = tff.learning.templates.LearningAlgorithmState(

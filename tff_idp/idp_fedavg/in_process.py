@@ -23,6 +23,7 @@ driver, not the fleet), or the client-level audit's canary clients; use
 """
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -163,18 +164,34 @@ def _single_value(dataset: tf.data.Dataset) -> float:
 
 def build_server_step(aggregator: tff.templates.AggregationProcess,
                       finalizer: tff.learning.templates.FinalizerProcess,
-                      client_update: Any) -> tff.Computation:
+                      client_update: Any, stats_at_server: bool = False) -> tff.Computation:
   """The engine's server step with the training metrics TFF's model-delta client work reports.
 
   ``tff.learning.metrics.sum_then_finalize`` over the clients' unfinalized
   metrics (:func:`tff_idp.engine.in_process_round.build_server_step`).
   ``client_update`` is a :class:`ModelDeltaClientUpdate` or a
   :class:`~tff_idp.idp_fedavg.vectorized.VectorizedModelDeltaUpdate` (both
-  give ``stats_type`` and ``metric_finalizers``).
+  give ``stats_type`` and ``metric_finalizers``). ``stats_at_server``: the
+  cohort's metrics arrive summed at the server and are only finalized
+  (:func:`tff_idp.engine.in_process_round.build_server_step`).
   """
-  return in_process_round.build_server_step(
-      aggregator, finalizer, client_update.stats_type,
-      tff.learning.metrics.sum_then_finalize(client_update.metric_finalizers))
+  if not stats_at_server:
+    return in_process_round.build_server_step(
+        aggregator, finalizer, client_update.stats_type,
+        tff.learning.metrics.sum_then_finalize(client_update.metric_finalizers))
+  finalizers = client_update.metric_finalizers
+
+  @tff.tensorflow.computation(client_update.stats_type)
+  def finalize(unfinalized):
+    return collections.OrderedDict(
+        (name, finalizers[name](unfinalized[name])) for name in finalizers)
+
+  @tff.federated_computation(tff.FederatedType(client_update.stats_type, tff.SERVER))
+  def finalize_at_server(summed):
+    return tff.federated_map(finalize, summed)
+
+  return in_process_round.build_server_step(aggregator, finalizer, client_update.stats_type,
+                                            finalize_at_server, stats_at_server=True)
 
 
 default_parallel_clients = client_execution.default_parallel_clients

@@ -192,7 +192,8 @@ def build_idp_fedavg_driver_process(
     cohort_update = vectorized.VectorizedModelDeltaUpdate(
         model_fn, client_optimizer, weighting, clip_scale=per_client_clip_scale)
     return in_process.InProcessLearningProcess(
-        process, [], in_process.build_server_step(aggregator, finalizer, cohort_update),
+        process, [], in_process.build_server_step(aggregator, finalizer, cohort_update,
+                                                  stats_at_server=True),
         cohort_update=cohort_update)
   copies = parallel_clients or in_process.default_parallel_clients()
   client_updates = [in_process.ModelDeltaClientUpdate(model_fn, client_optimizer, weighting,

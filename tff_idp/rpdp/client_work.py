@@ -230,7 +230,7 @@ def build_rpdp_fedavg_driver_process(
         example_weight_fn=example_weight_fn)
     server_step = in_process_round.build_server_step(
         aggregator, finalizer, cohort_update.stats_type,
-        record_stats.build_aggregate(cohort_update.stats_type))
+        record_stats.build_finalize_at_server(cohort_update.stats_type), stats_at_server=True)
     return in_process_round.InProcessLearningProcess(
         reference, [], server_step, next_client_work_state=in_process.next_round,
         cohort_update=cohort_update)

@@ -36,6 +36,17 @@ def finalize(stats: Mapping[str, tf.Tensor]) -> collections.OrderedDict:
       participating_clients=stats[PARTICIPATING_KEY])
 
 
+def build_finalize_at_server(stats_type: tff.types.Type) -> tff.Computation:
+  """``summed stats@SERVER -> measurements@SERVER`` (the cohort's sum made in process)."""
+  finalize_stats = tff.tensorflow.computation(finalize, stats_type)
+
+  @tff.federated_computation(tff.FederatedType(stats_type, tff.SERVER))
+  def finalize_at_server(stats):
+    return tff.federated_map(finalize_stats, stats)
+
+  return finalize_at_server
+
+
 def build_aggregate(stats_type: tff.types.Type) -> tff.Computation:
   """``stats@CLIENTS -> measurements@SERVER``: the cohort's sum, finalized once."""
   finalize_stats = tff.tensorflow.computation(finalize, stats_type)
