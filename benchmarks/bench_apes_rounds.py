@@ -33,6 +33,8 @@ import time
 
 import numpy as np
 
+from benchmarks import arguments
+
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "apes_rounds.json")
 ENTRIES = ("tff", "vectorized")
 
@@ -126,17 +128,7 @@ def table(res: dict) -> str:
 
 
 def _parse(argv) -> dict:
-  out = {}
-  for arg in argv:
-    if arg in ("-h", "--help"):
-      print(__doc__)
-      sys.exit(0)
-    name, _, value = arg.lstrip("-").partition("=")
-    if name not in ("passes", "rounds") or not value.isdigit() or int(value) < 1:
-      sys.exit(f"usage: python -m benchmarks.bench_apes_rounds [--passes=N] [--rounds=N] "
-               f"(got {arg!r})")
-    out[name] = int(value)
-  return out
+  return arguments.parse(argv, "benchmarks.bench_apes_rounds", __doc__, ints=("passes", "rounds"))
 
 
 if __name__ == "__main__":

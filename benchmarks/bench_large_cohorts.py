@@ -39,6 +39,8 @@ import time
 
 import numpy as np
 
+from benchmarks import arguments
+
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "large_cohorts.json")
 FEDERATION = 100_000
 EXAMPLES, FEATURES, CLASSES, BATCH, EPOCHS, LR = 8, 60, 10, 16, 1, 0.1
@@ -211,17 +213,8 @@ def table(res: dict) -> str:
 
 
 def _parse(argv) -> dict:
-  kw = {}
-  for arg in argv:
-    key, _, value = arg.lstrip("-").partition("=")
-    if key in ("passes", "per_client_max") and value.isdigit() and int(value) > 0:
-      kw[key] = int(value)
-    elif key == "cohorts" and all(v.isdigit() and int(v) > 0 for v in value.split(",")):
-      kw[key] = tuple(int(v) for v in value.split(","))
-    else:
-      raise SystemExit(f"error: unknown argument {arg!r} (use --passes=N "
-                       "--cohorts=10,100,1000 --per_client_max=N)")
-  return kw
+  return arguments.parse(argv, "benchmarks.bench_large_cohorts", __doc__,
+                         ints=("passes", "per_client_max"), int_lists=("cohorts",))
 
 
 if __name__ == "__main__":

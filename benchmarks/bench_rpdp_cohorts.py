@@ -28,6 +28,8 @@ import time
 
 import numpy as np
 
+from benchmarks import arguments
+
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "rpdp_cohorts.json")
 ENTRIES = ("tff", "in_process", "vectorized")
 RECORDS, FEATURES, CLASSES, STEPS = 20, 60, 10, 5
@@ -120,21 +122,8 @@ def table(res: dict) -> str:
 
 
 def _parse(argv) -> dict:
-  out = {}
-  for arg in argv:
-    if arg in ("-h", "--help"):
-      print(__doc__)
-      sys.exit(0)
-    name, _, value = arg.lstrip("-").partition("=")
-    if name == "passes" and value.isdigit() and int(value) > 0:
-      out[name] = int(value)
-    elif name == "cohorts" and value and all(v.isdigit() and int(v) > 0
-                                             for v in value.split(",")):
-      out[name] = tuple(int(v) for v in value.split(","))
-    else:
-      sys.exit(f"usage: python -m benchmarks.bench_rpdp_cohorts [--passes=N] "
-               f"[--cohorts=100,1000] (got {arg!r})")
-  return out
+  return arguments.parse(argv, "benchmarks.bench_rpdp_cohorts", __doc__, ints=("passes",),
+                         int_lists=("cohorts",))
 
 
 if __name__ == "__main__":

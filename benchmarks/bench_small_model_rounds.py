@@ -39,6 +39,8 @@ import time
 
 import numpy as np
 
+from benchmarks import arguments
+
 from tff_idp.engine.plugins import RunPlugin  # imports no TensorFlow
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "small_model_rounds.json")
@@ -274,14 +276,8 @@ def table(res: dict) -> str:
 
 
 def _parse(argv) -> dict:
-  kw = {}
-  for arg in argv:
-    key, _, value = arg.lstrip("-").partition("=")
-    if key in ("rounds", "passes") and value.isdigit() and int(value) > 0:
-      kw[key] = int(value)
-    else:
-      raise SystemExit(f"error: unknown argument {arg!r} (use --rounds=N --passes=N, N ≥ 1)")
-  return kw
+  return arguments.parse(argv, "benchmarks.bench_small_model_rounds", __doc__,
+                         ints=("rounds", "passes"))
 
 
 if __name__ == "__main__":
