@@ -26,7 +26,6 @@ noise from the same seeds, and the benchmark checks that their models agree.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -34,6 +33,7 @@ import time
 import numpy as np
 
 from benchmarks import arguments
+from benchmarks import results_file
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "apes_rounds.json")
 ENTRIES = ("tff", "vectorized")
@@ -109,12 +109,7 @@ def main(passes: int = 3, rounds: int = 2) -> dict:
                         "users_per_s": federation.num_users / float(np.median(t))}
                     for e, t in times.items()}
   res["speedup"] = res["summary"]["tff"]["median_s"] / res["summary"]["vectorized"]["median_s"]
-  print(table(res))
-  print(f"load average at end: {res['load_end']}")
-  os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-  with open(RESULTS, "w") as f:
-    json.dump(res, f, indent=1)
-  return res
+  return results_file.report(res, table(res), RESULTS)
 
 
 def table(res: dict) -> str:

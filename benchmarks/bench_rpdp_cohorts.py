@@ -21,7 +21,6 @@ load average printed at the start and the end.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ import time
 import numpy as np
 
 from benchmarks import arguments
+from benchmarks import results_file
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "rpdp_cohorts.json")
 ENTRIES = ("tff", "in_process", "vectorized")
@@ -86,12 +86,7 @@ def main(passes: int = 3, cohorts=(100, 1000)) -> dict:
   res = {"passes": passes, "cohorts": list(cohorts), "seconds": times,
          "load_end": os.getloadavg()}
   res["summary"] = summarize(times)
-  print(table(res))
-  print(f"load average at end: {res['load_end']}")
-  os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-  with open(RESULTS, "w") as f:
-    json.dump(res, f, indent=1)
-  return res
+  return results_file.report(res, table(res), RESULTS)
 
 
 def summarize(times: dict) -> dict:

@@ -215,9 +215,10 @@ class VectorizedRecordDpUpdate:
                       records.round_seed(seed, round_num).numpy()))
     trainable = [tf.convert_to_tensor(w) for w in getattr(initial_weights, "trainable",
                                                           initial_weights)]
-    params = sum(int(np.prod(s.shape)) for s in self._weight_specs)
+    # A step holds every record of the client (masked), as one batch of the widest client.
     widest_n = max([len(c[1]) for c in clients] + [1])
-    per_client = 4 * (4 * params + 4 * widest_n * (self._widest + params // max(1, widest_n)))
+    per_client = stacked_training.bytes_per_client(self._weight_specs,
+                                                   [[np.arange(widest_n)]], self._widest)
     results: list = [None] * len(clients)
     chunks = cohort_stack.plan_chunks([len(c[1]) for c in clients], per_client,
                                       self._max_chunk_bytes, self._max_chunk_clients)
