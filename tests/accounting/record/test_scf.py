@@ -263,8 +263,10 @@ def test_small_epsilon_curves_fit_and_report_their_r_squared(overrides):
 def test_fit_is_the_least_squares_optimum_of_the_family(overrides):
   """No a on a fine grid (with its exact e^b, c) fits the simulated points better.
 
-  Catches a search over a that stops at the coarse grid or brackets the
-  wrong interval, and a polish step that is kept although it is worse.
+  The fit must reach the optimum along a (to 1e-9 of the residual; measured:
+  it beats the best of 20,000 grid points by 1e-12 to 3e-6). Catches a search
+  over a that stops at the coarse grid, brackets the wrong interval, or
+  refines too loosely.
   """
   fit = scf.fit_scf(params(**overrides))
   q, eps = fit.q_grid, fit.epsilon_grid
@@ -275,7 +277,7 @@ def test_fit_is_the_least_squares_optimum_of_the_family(overrides):
     coef, *_ = np.linalg.lstsq(design, eps, rcond=None)
     if coef[0] > 0:
       best = min(best, float(np.sum((design @ coef - eps) ** 2)))
-  assert ours <= best * (1 + 1e-6)
+  assert ours <= best * (1 + 1e-9)
 
 
 def test_concave_curve_gets_an_increasing_member_of_the_family():

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import Optional
 
 import numpy as np
@@ -102,10 +101,10 @@ def _linear_part(q: np.ndarray, eps: np.ndarray, a: float) -> tuple[float, float
 def _fit_exponential(q: np.ndarray, eps: np.ndarray) -> tuple[float, float, float]:
   """Global least-squares fit of exp(a·q + b) + c, a ∈ [A_MIN, A_MAX].
 
-  Variable projection: (e^b, c) are solved exactly for each a, leaving a 1-D
-  search over a (a log grid, then a bounded scalar minimisation around the
-  best grid point); SciPy's curve_fit then polishes all three parameters and
-  is kept only if it converges to a lower residual.
+  Variable projection: (e^b, c) are solved exactly for each a
+  (:func:`_linear_part`), which leaves a 1-D search over a: a log grid, then a
+  bounded scalar minimisation between the best grid point's neighbours. With
+  (e^b, c) exact, the optimum in a is the optimum of all three parameters.
   """
   grid = np.geomspace(A_MIN, A_MAX, 121)
   rss = np.array([_linear_part(q, eps, a)[2] for a in grid])
@@ -117,18 +116,8 @@ def _fit_exponential(q: np.ndarray, eps: np.ndarray) -> tuple[float, float, floa
                                  bounds=(math.log(lo), math.log(hi)), method="bounded",
                                  options={"xatol": 1e-10})
   a = math.exp(res.x) if res.fun <= rss[k] else float(grid[k])
-  scale, c, best = _linear_part(q, eps, a)
-  params = (a, math.log(scale), c)
-  with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
-    warnings.simplefilter("ignore", optimize.OptimizeWarning)
-    try:
-      polished, _ = optimize.curve_fit(_model, q, eps, p0=list(params), maxfev=2000)
-      polished_rss = float(np.sum((_model(q, *polished) - eps) ** 2))
-      if polished[0] > 0 and np.all(np.isfinite(polished)) and polished_rss < best:
-        params = tuple(float(x) for x in polished)
-    except RuntimeError:
-      pass  # the projected fit stands
-  return params
+  scale, c, _ = _linear_part(q, eps, a)
+  return a, math.log(scale), c
 
 
 def fit_scf(params: TwoStageParams, q_grid: Optional[np.ndarray] = None) -> ScfFit:
