@@ -18,6 +18,7 @@ import tensorflow_federated as tff
 from tff_idp import models
 from tff_idp.engine import in_process_round
 from tff_idp.rpdp import client_work
+from tff_idp.rpdp import record_stats
 from tff_idp.rpdp import vectorized
 
 from tests import tree_checks  # pylint: disable=g-bad-import-order
@@ -149,3 +150,34 @@ def test_record_arrays_are_the_same_client_as_its_dataset():
   from tff_idp.errors import ClientInputError  # pylint: disable=g-import-not-at-top
   with pytest.raises(ClientInputError, match="RecordArrays"):
     update(np.int64(0), weights, [clients[0].x])
+
+
+def test_the_tff_computation_gives_the_same_updates_inside_a_client_computation():
+  """A silo of clients as one TFF client: ``federated_map`` of the cohort computation.
+
+  Every client's Δ and statistics equal what ``__call__`` (itself equal to the
+  per-client DP-SGD) gives; a new round draws new noise from the same datasets;
+  an empty cohort is refused.
+  """
+  update = vectorized.VectorizedRecordDpUpdate(
+      MLP_FN, tff.learning.optimizers.build_sgdm(0.2), local_steps=2, noise_multiplier=0.7,
+      clip_norm=1.0, loss_fn=models.per_example_loss("softmax"))
+  weights = tff.learning.models.ModelWeights.from_model(MLP_FN())
+  cohort = [_client(i, 0) for i in range(3)] + [_client(3, 0, n=0)]
+  comp = update.tff_computation()
+
+  @tff.federated_computation(tff.FederatedType(comp.type_signature.parameter, tff.CLIENTS))
+  def silos(cohorts):
+    return tff.federated_map(comp, cohorts)
+
+  [(delta, stats)] = silos([update.cohort_arguments(4, weights, cohort)])
+  want = update(np.int64(4), weights, cohort)
+  for j, (client_delta, weight, client_stats) in enumerate(want):
+    _assert_close(client_delta, [d[j] for d in delta])
+    assert weight == np.float32(stats["steps"][j] > 0)
+    for key in record_stats.STAT_KEYS:
+      np.testing.assert_allclose(client_stats[key], stats[key][j], atol=ATOL)
+  [(next_round, _)] = silos([update.cohort_arguments(5, weights, cohort)])
+  assert not np.allclose(next_round[0][0], delta[0][0])
+  with pytest.raises(ValueError, match="at least one client"):
+    update.cohort_arguments(0, weights, [])

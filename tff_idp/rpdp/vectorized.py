@@ -45,6 +45,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp.errors import ClientInputError
+from tff_idp.errors import ToolkitValueError
 from tff_idp.engine import cohort_stack
 from tff_idp.engine import stacked_training
 from tff_idp.rpdp import dp_sgd
@@ -102,7 +103,7 @@ class VectorizedRecordDpUpdate:
     stats_spec = {k: tf.TensorSpec([], tf.float32) for k in record_stats.STAT_KEYS}
     self.stats_type = tff.types.tensorflow_to_type(
         record_stats.client_stats(stats_spec, tf.TensorSpec([], tf.float32)))
-    signature = [list(self._weight_specs),
+    self._signature = [list(self._weight_specs),
                  tf.TensorSpec([None, None] + examples["x"].shape[1:].as_list(),
                                examples["x"].dtype),
                  tf.TensorSpec([None, None] + examples["y"].shape[1:].as_list(),
@@ -110,7 +111,7 @@ class VectorizedRecordDpUpdate:
                  tf.TensorSpec([None, None], tf.float32), tf.TensorSpec([None], tf.int32),
                  tf.TensorSpec([None, 2], tf.int64)]
     # One trace for every cohort: the chunk's clients and records are dynamic.
-    self._train = tf.function(self._train_fn, input_signature=signature)
+    self._train = tf.function(self._train_fn, input_signature=self._signature)
 
   # -- the computation --------------------------------------------------------------------
 
@@ -193,6 +194,72 @@ class VectorizedRecordDpUpdate:
                  expected_batch=expected * steps, steps=steps)
     return delta, stats
 
+  # -- inputs -----------------------------------------------------------------------------
+
+  @staticmethod
+  def _unwrap(round_num: Any, client: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                     np.ndarray]:
+    """(x, y, q, round seed) of one client's records (module docstring)."""
+    if isinstance(client, records.RecordArrays):
+      x, y, q, seed = client.x, client.y, client.q, client.seed
+    elif isinstance(client, tf.data.Dataset):
+      x, y, q, seed = (t.numpy() for t in records.collect_records_eagerly(client))
+    else:
+      raise ClientInputError(
+          "the vectorized rPDP-FL client update takes each client's record dataset "
+          "(tff_idp.rpdp.records.record_dataset) or tff_idp.rpdp.records.RecordArrays; got "
+          f"{type(client).__name__}.")
+    return (np.asarray(x), np.asarray(y), np.asarray(q, np.float32),
+            records.round_seed(seed, round_num).numpy())
+
+  @staticmethod
+  def _stack(clients: Sequence[tuple], chunk: Sequence[int]) -> tuple[np.ndarray, ...]:
+    """``(x, y, q, sizes, seeds)`` of the chunk's clients, padded to its widest client."""
+    n = max([len(clients[i][1]) for i in chunk] + [1])
+    return (np.stack([_pad(clients[i][0], n) for i in chunk]),
+            np.stack([_pad(clients[i][1], n) for i in chunk]),
+            np.stack([_pad(clients[i][2].astype(np.float32), n) for i in chunk]),
+            np.asarray([len(clients[i][1]) for i in chunk], np.int32),
+            np.stack([clients[i][3] for i in chunk]).astype(np.int64))
+
+  # -- for your own TFF computations -----------------------------------------------------
+
+  def cohort_arguments(self, round_num: int, initial_weights: Any,
+                       client_datasets: Sequence[Any]) -> tuple:
+    """The arguments of :meth:`tff_computation` for a whole cohort (one chunk, in its order).
+
+    Each client's secret seed gets ``round_num`` folded in here
+    (:func:`tff_idp.rpdp.records.round_seed`): pass the round the client work
+    is in, a new one every round, or the same datasets draw the same noise.
+    """
+    clients = [self._unwrap(round_num, c) for c in client_datasets]
+    if not clients:
+      raise ToolkitValueError("a cohort needs at least one client.")
+    trainable = [np.asarray(w) for w in getattr(initial_weights, "trainable", initial_weights)]
+    return (trainable, *self._stack(clients, range(len(clients))))
+
+  def tff_computation(self) -> tff.Computation:
+    """The vectorized client update as a ``tff.tensorflow.computation``, for your TFF pipelines.
+
+    ``(trainable weights, x [clients, N, ...], y, q [clients, N], sizes
+    [clients], round seeds [clients, 2]) -> (Δ, statistics)``, each with a
+    leading client axis, as :meth:`__call__` computes them (a client's update
+    weight is ``statistics["steps"] > 0``); build the arguments with
+    :meth:`cohort_arguments`. Where it is valid: inside a client computation
+    that holds a whole cohort of clients (a silo), ``tff.federated_map`` it;
+    each client's update is already private at the record level (its own
+    Poisson sample and noise σ·L, rPDP-FL Alg. 3), so the silo may sum the
+    updates before they leave it. The seeds are secret: they come from each
+    client's record dataset (:func:`tff_idp.rpdp.records.record_dataset`).
+    """
+    types = [tff.types.tensorflow_to_type(s) for s in self._signature]
+    train = self._train  # the traced tf.function (AutoGraph turns its step loop into a graph loop)
+
+    def update(initial_weights, x, y, q, sizes, seeds):
+      return train(initial_weights, x, y, q, sizes, seeds)
+
+    return tff.tensorflow.computation(update, *types)
+
   # -- the call ---------------------------------------------------------------------------
 
   def __call__(self, round_num: Any, initial_weights: Any,
@@ -200,19 +267,7 @@ class VectorizedRecordDpUpdate:
     """Per client, in order: (Δ as numpy arrays, 0/1 update weight, statistics)."""
     if not client_datasets:
       return []
-    clients = []
-    for client in client_datasets:
-      if isinstance(client, records.RecordArrays):
-        x, y, q, seed = client.x, client.y, client.q, client.seed
-      elif isinstance(client, tf.data.Dataset):
-        x, y, q, seed = (t.numpy() for t in records.collect_records_eagerly(client))
-      else:
-        raise ClientInputError(
-            "the vectorized rPDP-FL client update takes each client's record dataset "
-            "(tff_idp.rpdp.records.record_dataset) or tff_idp.rpdp.records.RecordArrays; got "
-            f"{type(client).__name__}.")
-      clients.append((np.asarray(x), np.asarray(y), np.asarray(q, np.float32),
-                      records.round_seed(seed, round_num).numpy()))
+    clients = [self._unwrap(round_num, c) for c in client_datasets]
     trainable = [tf.convert_to_tensor(w) for w in getattr(initial_weights, "trainable",
                                                           initial_weights)]
     # A step holds every record of the client (masked), as one batch of the widest client.
@@ -223,14 +278,7 @@ class VectorizedRecordDpUpdate:
     chunks = cohort_stack.plan_chunks([len(c[1]) for c in clients], per_client,
                                       self._max_chunk_bytes, self._max_chunk_clients)
     for chunk in chunks:
-      n = max([len(clients[i][1]) for i in chunk] + [1])
-      x = np.stack([_pad(clients[i][0], n) for i in chunk])
-      y = np.stack([_pad(clients[i][1], n) for i in chunk])
-      q = np.stack([_pad(clients[i][2].astype(np.float32), n) for i in chunk])
-      sizes = np.asarray([len(clients[i][1]) for i in chunk], np.int32)
-      seeds = np.stack([clients[i][3] for i in chunk]).astype(np.int64)
-      delta, stats = self._train(trainable, tf.constant(x), tf.constant(y), tf.constant(q),
-                                 tf.constant(sizes), tf.constant(seeds))
+      delta, stats = self._train(trainable, *(tf.constant(a) for a in self._stack(clients, chunk)))
       delta = [d.numpy() for d in delta]
       stats = {k: v.numpy() for k, v in stats.items()}
       for j, i in enumerate(chunk):
