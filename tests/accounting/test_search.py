@@ -173,3 +173,69 @@ def test_secant_on_log_stops_as_soon_as_it_is_within_tol():
   tol = abs(3.0 * 0.02 - 1.5)  # the first trial's distance to the target, exactly
   _, trials = search.secant_on_log(lambda v: 3.0 * v, 0.0, 0.0, 1.5, max_steps=8, tol=tol)
   assert len(trials) == 1
+
+
+def test_regula_falsi_is_exact_where_g_is_linear_in_log_x():
+  """On g = log (a straight line in the search's log space) the first step lands on the root.
+
+  Property: the regula falsi point of the bracket's two ends is the root of
+  the chord, which is g's root when g is linear in log x, so the search
+  needs one evaluation besides the two ends, and returns e^target to float
+  precision. Bugs caught: a wrong secant formula (sign, slope, the end it
+  starts from) or a bisection taken where a regula falsi step is due.
+  """
+  calls = []
+
+  def counted(v):
+    calls.append(v)
+    return math.log(v)
+
+  x = search.largest_feasible(counted, 1.0, 1e6, 5.0)
+  assert len(calls) == 3
+  assert x == pytest.approx(math.exp(5.0), rel=1e-12)
+
+
+@pytest.mark.parametrize("power, hi, target", [(20, 1e4, 3.0), (50, 1e2, 7.0), (200, 10.0, 2.0)])
+def test_the_bracket_shrinks_within_the_bisection_bound(power, hi, target):
+  """With f_rtol = 0, the log-bracket reaches x_rtol within 3·⌈log2(width/x_rtol)⌉ steps.
+
+  Property: every third step bisects, so however badly regula falsi does
+  (here on x^power, which is steeply convex in log x, so its regula falsi
+  points creep up from the feasible side), the bracket halves at least every
+  three evaluations, and the result is within x_rtol of the root. Bugs
+  caught: a bisection schedule that is sparser or never reached, a
+  bisection that does not halve, a stopping test on the wrong quantity.
+  """
+  lo, x_rtol = 1e-3, 1e-9
+  calls = []
+
+  def counted(v):
+    calls.append(v)
+    return v ** power
+
+  x = search.largest_feasible(counted, lo, hi, target, x_rtol=x_rtol, f_rtol=0.0)
+  root = target ** (1.0 / power)
+  assert x ** power <= target
+  assert 0.0 <= math.log(root) - math.log(x) <= x_rtol
+  assert len(calls) <= 2 + 3 * math.ceil(math.log2(math.log(hi / lo) / x_rtol))
+
+
+def test_the_bisection_bound_holds_where_regula_falsi_makes_no_progress():
+  """A plateau just under the target, then a cliff: only the bisections shrink the bracket.
+
+  g = target − 1e-12 below the root and target + 10⁶ + (x − root) above it:
+  every regula falsi point lands a hair above lo (fa ≈ 0, fb ≈ 10⁶), so the
+  bracket shrinks only by its bisections, and the documented bound
+  2 + 3·⌈log2(log(hi/lo)/x_rtol)⌉ evaluations is reached exactly (104 here).
+  Bug caught: a sparser bisection schedule (every fourth step needs 137).
+  """
+  lo, hi, x_rtol, root = 1e-3, 1e3, 1e-9, 2.0
+  calls = []
+
+  def plateau_then_cliff(v):
+    calls.append(v)
+    return 1.0 - 1e-12 if v < root else 1.0 + 1e6 + (v - root)
+
+  x = search.largest_feasible(plateau_then_cliff, lo, hi, 1.0, x_rtol=x_rtol, f_rtol=0.0)
+  assert 0.0 <= math.log(root) - math.log(x) <= x_rtol
+  assert len(calls) <= 2 + 3 * math.ceil(math.log2(math.log(hi / lo) / x_rtol))
