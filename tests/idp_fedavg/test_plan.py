@@ -1,6 +1,10 @@
 """Run specs (``--runs``): the accepted forms and the messages that say what to change."""
+import dp_accounting
+import numpy as np
 import pytest
 
+from tff_idp.accounting.client.ledger import BudgetExhaustedError
+from tff_idp.engine.sampling import assign_privacy_groups
 from tff_idp.idp_fedavg import plan as privacy_plan
 
 RATIOS = (0.34, 0.43, 0.23)
@@ -114,3 +118,86 @@ def test_summary_and_aggregator_kwargs_report_the_plan(text):
   else:
     assert summary["clip_scales"] is None
     assert plan.aggregator_kwargs() == {}
+
+
+def _fresh_rdp_epsilon(q: float, sigma: float, rounds: int, delta: float) -> float:
+  """ε of ``rounds`` Poisson(q)-subsampled Gaussian(σ) rounds, from a fresh dp-accounting RDP accountant."""
+  acc = dp_accounting.rdp.RdpAccountant()
+  acc.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), rounds))
+  return acc.get_epsilon(delta)
+
+
+def test_nonprivate_plan_samples_everyone_at_c_over_n_and_keeps_no_ledger():
+  """Plain FedAvg: every client at rate c/N, c expected per round, no noise, no groups, no ledger.
+
+  Bugs caught: a wrong uniform rate (c·N, or None), a missing or wrong
+  expected cohort, and rates/groups/ledger swapped between the plan's fields.
+  """
+  spec = privacy_plan.parse_run_spec("nonprivate", RATIOS, 3)
+  plan = privacy_plan.make_privacy_plan(spec, [1.0, 2.0, 4.0], 400, 10.0, 20, 1e-5, "rdp", 0)
+  assert plan.client_rates.shape == (400,)
+  np.testing.assert_array_equal(plan.client_rates, np.full(400, 10.0 / 400))
+  assert plan.expected_clients_per_round == 10.0
+  assert plan.client_groups is None and plan.noise_multiplier is None
+  assert plan.client_clip_scales is None and plan.ledger is None
+  assert plan.group_rates == (10.0 / 400,) and plan.group_sizes == (400,)
+
+
+@pytest.mark.parametrize("text", ["50-50", "scale-50-50"])
+@pytest.mark.parametrize("allow_overrun", [False, True])
+def test_plan_ledger_charges_the_released_rates_and_enforces_the_rounds(text, allow_overrun):
+  """The plan's per-client rates are its groups' rates, and its ledger charges exactly them.
+
+  Property: client i's rate is its group's rate (groups from the run's seed),
+  the expected cohort is Σ_g n_g·q_g (IDP) or c (SCALE), and the ledger's ε
+  per group after the calibrated rounds equals a fresh dp-accounting RDP
+  accountant's ε of Poisson(q_g)-subsampled Gaussian(z_g) at the run's δ
+  (z_g = σ for IDP, z/s_g for SCALE), within the group's budget. The ledger
+  refuses a round past the calibrated ones unless the run allows overruns.
+  Bugs caught: a ledger built with another δ or rounds, an overrun allowed
+  by default or dropped, per-client rates not taken from the calibration,
+  and the expected cohort taken from the wrong field.
+  """
+  budgets, num_clients, cohort, rounds, delta = [2.0, 8.0], 200, 10.0, 20, 1e-4
+  spec = privacy_plan.parse_run_spec(text, [0.5, 0.5], 2)
+  kwargs = {"allow_overrun": True} if allow_overrun else {}
+  plan = privacy_plan.make_privacy_plan(spec, budgets, num_clients, cohort, rounds, delta, "rdp",
+                                        seed=3, **kwargs)
+  groups = assign_privacy_groups(num_clients, (0.5, 0.5), 3)
+  np.testing.assert_array_equal(plan.client_groups, groups)
+  np.testing.assert_array_equal(plan.client_rates, np.asarray(plan.group_rates)[groups])
+  assert plan.group_sizes == (100, 100)
+  if spec.mode == "idp":
+    assert plan.expected_clients_per_round == pytest.approx(
+        sum(n * q for n, q in zip(plan.group_sizes, plan.group_rates)), rel=1e-9)
+    multipliers = [plan.noise_multiplier] * 2
+  else:
+    assert plan.expected_clients_per_round == cohort
+    multipliers = [plan.noise_multiplier / float(np.unique(plan.client_clip_scales[groups == g])[0])
+                   for g in range(2)]
+  spent = plan.ledger.spent(rounds)
+  for g, budget in enumerate(budgets):
+    independent = _fresh_rdp_epsilon(plan.group_rates[g], multipliers[g], rounds, delta)
+    assert spent[g] == pytest.approx(independent, rel=1e-6)
+    assert independent <= budget
+  assert plan.ledger.remaining_rounds() == rounds
+  plan.ledger.check_can_run(rounds)
+  if allow_overrun:
+    plan.ledger.check_can_run(rounds + 1)
+  else:
+    with pytest.raises(BudgetExhaustedError):
+      plan.ledger.check_can_run(rounds + 1)
+
+
+@pytest.mark.parametrize("text", ["scale:", "idp:"])
+def test_a_mode_with_an_empty_distribution_takes_the_default_ratios(text):
+  """``scale:`` / ``idp:`` (a mode and nothing after the colon) mean the ``--ratios`` distribution."""
+  spec = privacy_plan.parse_run_spec(text, RATIOS, 3)
+  assert spec.mode == text[:-1] and spec.ratios == RATIOS
+
+
+def test_percentages_off_100_by_half_a_percent_are_refused():
+  """Percentages must sum to 100 (to 1e-6): 50-50.5 is a typo, not a distribution to renormalise."""
+  with pytest.raises(ValueError, match="sum to 100.5, not 100"):
+    privacy_plan.parse_run_spec("50-50.5", [0.5, 0.5], 2)
