@@ -74,6 +74,9 @@ def test_noise_std_matches_sigma_times_clip():
   expected_std = expected_value_multiplier * clip / c
   assert np.std(np.concatenate(draws)) == pytest.approx(expected_std, rel=0.03)
   assert out.measurements["mean_noise_std"] == pytest.approx(expected_std, rel=1e-5)
+  # The released σ of the sum is z_value·C at this round's C (here C = 0.7, not 1).
+  assert out.measurements["noise_std"] == pytest.approx(expected_value_multiplier * clip, rel=1e-5)
+  assert out.measurements["clip"] == pytest.approx(clip)
   # Successive rounds use fresh noise.
   assert not np.allclose(draws[0], draws[1])
 
@@ -137,8 +140,11 @@ def test_all_zero_updates_are_absent():
 def test_default_noise_seed_is_fresh_per_initialize():
   """No fixed seed: every run draws its own secret noise seed (audit D2)."""
   process = aggregators.AdaptiveClipDPMeanFactory(1.0, 30).create(VALUE_TYPE, WEIGHT_TYPE)
-  seeds = {int(process.initialize()["noise_seed"]) for _ in range(3)}
-  assert len(seeds) == 3
+  seeds = {int(process.initialize()["noise_seed"]) for _ in range(8)}
+  assert len(seeds) == 8
+  # Drawn from all of [0, 2^62): 8 draws all below 2^40 have probability 2^-176,
+  # while a seed from a small range (say [0, 124)) could be found by trying them all.
+  assert all(0 <= seed < 2**62 for seed in seeds) and max(seeds) > 2**40
   a = process.next(process.initialize(), [_value(0.1, [1, 1])], [1.0]).result
   b = process.next(process.initialize(), [_value(0.1, [1, 1])], [1.0]).result
   assert not np.allclose(a["a"], b["a"])
@@ -240,3 +246,66 @@ def test_clip_count_noise_std_is_sigma_b_measured_from_draws():
     draws.append(out.measurements["unclipped_fraction"] - 0.5)
   assert np.std(draws, ddof=1) == pytest.approx(2.0 / 4.0, rel=0.25)
   assert abs(np.mean(draws)) < 5 * 0.5 / math.sqrt(200)
+
+
+def test_count_noise_is_independent_of_every_value_noise():
+  """The clip-bit count noise is drawn from its own seed, not from a value leaf's.
+
+  Each round releases the noised sum (one noise draw per value leaf) and the
+  noised clip-bit count; Andrew et al.'s accounting of the pair assumes the
+  two noises are independent. With one absent client (zero update, so the
+  sums are noise alone), round r gives the standardised count noise
+  m_r = (unclipped_fraction − ½)·c_s/σ_b and each leaf's first noise
+  coordinate n_r = mean·c/(z_value·C). Over 60 rounds the sample correlation
+  of independent normals has sd 1/√60 ≈ 0.13, so |corr| < 0.6 fails with
+  probability < 1e-5 per leaf (the noise seed is fixed: the test is
+  deterministic). Bug caught: the count drawn from a leaf's seed (seeds[1],
+  seeds[-2], or a split into too few seeds), which makes it equal to that
+  leaf's first noise coordinate (correlation 1).
+  """
+  z, c, sigma_b = 1.0, 4.0, 2.0
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      z, expected_clients_per_round=c, initial_clip=1.0, clip_learning_rate=0.0,
+      clipped_count_stddev=sigma_b, noise_seed=7)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  state = process.initialize()
+  counts, leaves = [], {"a": [], "b": []}
+  for _ in range(60):
+    out = process.next(state, [_value(0.0, [0.0, 0.0])], [1.0])
+    state = out.state
+    counts.append((out.measurements["unclipped_fraction"] - 0.5) * c / sigma_b)
+    for key in leaves:
+      leaves[key].append(out.result[key][0] * c / (factory.value_noise_multiplier * 1.0))
+  assert np.std(counts) > 0.5  # the count noise is really there
+  for key, draws in leaves.items():
+    assert abs(np.corrcoef(counts, draws)[0, 1]) < 0.6, key
+
+
+def test_canaries_add_their_clipped_update_but_no_clip_bit_and_are_not_counted():
+  """With accept_canaries, a weight CANARY_WEIGHT_OFFSET + s is an audit canary at clip scale s.
+
+  Property (σ = 0, exact): the canary's update is clipped to s·C and added to
+  the sum; it adds no clip bit (the unclipped fraction is the real client's
+  alone) and is counted under ``canaries``, not ``num_clients``. Without
+  accept_canaries the same weight is an invalid clip scale and fails the
+  round. Bugs caught: the flag not reaching the client-side clipping (the
+  canary then fails the round or is counted as a client), and the canary
+  diagnostics type dropped.
+  """
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.0, expected_clients_per_round=2, initial_clip=1.0, clip_learning_rate=0.0,
+      accept_canaries=True)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  assert "canaries=float32" in str(process.next.type_signature.result.measurements)
+  canary_weight = aggregators.CANARY_WEIGHT_OFFSET + 0.5
+  # Real client: norm 5 > C = 1, clipped to [0.6, 0.8], bit −½. Canary: norm 5, scale ½: [0.3, 0.4].
+  out = process.next(process.initialize(), [_value(0.0, [3, 4]), _value(0.0, [3, 4])],
+                     [1.0, canary_weight])
+  np.testing.assert_allclose(out.result["b"], np.array([0.9, 1.2]) / 2, rtol=1e-6)
+  assert out.measurements["unclipped_fraction"] == pytest.approx(-0.5 / 2 + 0.5)
+  assert out.measurements["diagnostics"]["num_clients"] == 1
+  assert out.measurements["diagnostics"]["canaries"] == 1
+  plain = aggregators.AdaptiveClipDPMeanFactory(
+      0.0, expected_clients_per_round=2, initial_clip=1.0).create(VALUE_TYPE, WEIGHT_TYPE)
+  with pytest.raises(Exception, match="clip scale"):
+    plain.next(plain.initialize(), [_value(0.0, [3, 4])], [canary_weight])
