@@ -309,3 +309,42 @@ def test_canaries_add_their_clipped_update_but_no_clip_bit_and_are_not_counted()
       0.0, expected_clients_per_round=2, initial_clip=1.0).create(VALUE_TYPE, WEIGHT_TYPE)
   with pytest.raises(Exception, match="clip scale"):
     plain.next(plain.initialize(), [_value(0.0, [3, 4])], [canary_weight])
+
+
+def test_an_absent_canary_at_the_offset_passes_and_canaries_need_the_flag():
+  """A canary at weight CANARY_WEIGHT_OFFSET (scale 0) with a zero update is absent, as a
+  client at weight 0 is; the plain-TF client step refuses a canary weight unless asked.
+
+  Bugs caught: ``>`` for ``>=`` at the offset (the absent canary then fails
+  the round as an invalid weight of 2), and ``clip_client_update``
+  accepting canaries by default (any caller that forgets the flag would let
+  a weight ≥ 2 through as a canary instead of failing loudly).
+  """
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.0, expected_clients_per_round=2, initial_clip=1.0, clip_learning_rate=0.0,
+      accept_canaries=True)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  out = process.next(process.initialize(), [_value(0.0, [0, 0])],
+                     [aggregators.CANARY_WEIGHT_OFFSET])
+  assert out.measurements["diagnostics"]["canaries"] == 0
+  assert out.measurements["diagnostics"]["invalid_clip_scales"] == 0
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  value = collections.OrderedDict(a=tf.zeros([2000]), b=tf.constant([3.0, 4.0]))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="clip scale"):
+    aggregators.clip_client_update(value, tf.constant(aggregators.CANARY_WEIGHT_OFFSET + 0.5),
+                                   tf.constant(1.0))
+
+
+def test_float64_weights_get_float64_noise_and_mean():
+  """A model with float64 weights: the noise is drawn and the mean divided in float64.
+
+  Bug caught: the noise drawn or the normaliser built in the default
+  float32, which fails on a float64 leaf (a type error at the first round).
+  """
+  value_type = tff.to_type(collections.OrderedDict(w=tff.TensorType(np.float64, [50])))
+  process = aggregators.AdaptiveClipDPMeanFactory(1.0, 30.0, noise_seed=3).create(
+      value_type, WEIGHT_TYPE)
+  out = process.next(process.initialize(),
+                     [collections.OrderedDict(w=np.full(50, 0.01, np.float64))], [1.0])
+  assert out.result["w"].dtype == np.float64
+  assert np.std(out.result["w"]) > 0

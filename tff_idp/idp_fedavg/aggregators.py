@@ -193,7 +193,8 @@ class AdaptiveClipDPMeanFactory(tff.aggregators.WeightedAggregationFactory):
       noised = []
       for i, (leaf, spec) in enumerate(zip(leaves, value_specs)):
         noise = tf.random.stateless_normal(tf.shape(leaf), seed=seeds[i],
-                                           stddev=z_value * clip, dtype=spec.dtype)
+                                           stddev=tf.cast(z_value * clip, spec.dtype),
+                                           dtype=spec.dtype)
         noised.append((leaf + noise) / tf.constant(c, spec.dtype))
       mean = tf.nest.pack_sequence_as(value_sum, noised)
       count_noise = tf.random.stateless_normal([], seed=seeds[-1], stddev=sigma_b)
@@ -313,8 +314,8 @@ def clip_client_update(value, clip_scale, clip, accept_canaries: bool = False):
   scale_is_valid = tf.logical_or(in_unit_interval, absent)
   scale = tf.clip_by_value(tf.where(tf.math.is_nan(raw_scale), 0.0, raw_scale), 0.0, 1.0)
   finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in leaves])
-  norm = tf.where(finite, tf.linalg.global_norm(
-      [tf.where(tf.math.is_finite(v), v, tf.zeros_like(v)) for v in leaves]), 0.0)
+  norm = tf.where(finite, tf.cast(tf.linalg.global_norm(
+      [tf.where(tf.math.is_finite(v), v, tf.zeros_like(v)) for v in leaves]), tf.float32), 0.0)
   bound = scale * clip
   factor = tf.minimum(1.0, bound / tf.maximum(norm, 1e-12))
   # tf.where, not a product: 0 · inf would be NaN.
