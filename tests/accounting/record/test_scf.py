@@ -333,3 +333,38 @@ def test_r_squared_of_a_grid_with_one_repeated_rate_is_one():
   assert fit.r_squared == 1.0
   np.testing.assert_allclose(fit.predict(0.5), rdp_two_stage.epsilon_reference(0.5, params()),
                              rtol=1e-9)
+
+
+_GRID = np.geomspace(scf.A_MIN, scf.A_MAX, 121)
+
+
+@pytest.mark.parametrize("a_true", [0.002, 0.7, 1.0, float(np.sqrt(_GRID[119] * _GRID[120])),
+                                    scf.A_MAX])
+def test_exact_exponentials_are_recovered_across_the_range_of_a(a_true):
+  """Points on f(q) = exp(a·q − 1) + ½ give back a (to 1e-7) and f (to 1e-7 of its largest value).
+
+  Property: with (e^b, c) exact for each a, the search over a finds the
+  generating a wherever it lies in [A_MIN, A_MAX]: near A_MIN, between two
+  coarse grid points, between the last two grid points, and at A_MAX itself.
+  Bugs caught: a bracket that stops short of the grid's last interval or
+  indexes past its end, a refinement with a loose tolerance (SciPy's default
+  xatol is 1e-5 in log a), and a grid that reaches past A_MAX.
+  """
+  q = np.linspace(0.01, 1.0, 60)
+  eps = np.exp(a_true * q - 1.0) + 0.5
+  a, b, c = scf._fit_exponential(q, eps)  # pylint: disable=protected-access
+  assert scf.A_MIN <= a <= scf.A_MAX
+  assert a == pytest.approx(a_true, rel=1e-7)
+  np.testing.assert_allclose(np.exp(a * q + b) + c, eps, rtol=1e-7, atol=1e-7 * eps.max())
+
+
+def test_a_decreasing_curve_still_gets_an_increasing_member():
+  """ε*(q) is never decreasing, but on 2 − q the fit must still be a member with e^b > 0.
+
+  A negative scale −e^{aq} + c fits a decreasing curve almost exactly, and
+  has no real b (log of a negative number). Bug caught: the projection
+  accepting negative scales (the fit then fails with a math domain error).
+  """
+  q = np.linspace(0.01, 1.0, 60)
+  a, b, c = scf._fit_exponential(q, 2.0 - q)  # pylint: disable=protected-access
+  assert np.all(np.isfinite([a, b, c]))
