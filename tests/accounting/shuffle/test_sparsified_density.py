@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from tff_idp.accounting.shuffle import clip_laplace_reference as ref
 from tff_idp.accounting.shuffle import ledger as L
 from tff_idp.accounting.shuffle import sparsified_density as sd
 
@@ -116,3 +117,73 @@ def test_errors():
   with pytest.raises(ValueError, match="fractions of C"):
     sd.release_grid(2, C, [2.0])
   assert math.isfinite(sd.top_b_small_report_limit(3, 1.0, C))
+
+
+def test_random_selection_is_the_mixture_over_kept_sets_by_hand():
+  """d = 2, b = 1, random selection: p(r | x) = ½[f(r₀|x₀)·f(r₁|0) + f(r₀|0)·f(r₁|x₁)].
+
+  The kept coordinate is released as CLap(x_j), the dropped one as CLap(0),
+  each set with probability 1/C(d, b). Written out here from the reference
+  density. Bug caught: dropped coordinates perturbed around another value than 0.
+  """
+  eps, x = 1.5, np.array([0.8, -0.3])
+  r = np.array([[0.2, -0.9], [-1.0, 1.0], [0.0, 0.5]])
+  f = lambda v, xj: ref.density(v, xj, eps, C)  # noqa: E731
+  by_hand = 0.5 * (f(r[:, 0], x[0]) * f(r[:, 1], 0.0) + f(r[:, 0], 0.0) * f(r[:, 1], x[1]))
+  np.testing.assert_allclose(np.exp(sd.log_density(r, x, eps, C, 1, "random")), by_hand,
+                             rtol=1e-12)
+
+
+@pytest.mark.parametrize("selection", ["none", "random", "top_b"])
+def test_releases_with_leading_axes_are_rows_of_the_flat_ones(selection):
+  """``releases`` may have any leading axes ([..., d]): a [2, 4, 3] array gives the [8, 3] values.
+
+  Bugs caught: the coordinate axis read from axis 1 instead of the last one
+  (in the shape check, the zero-input densities or top-b's smallest kept report).
+  """
+  flat = sd.release_grid(3, C, (-1, -0.2, 0.4, 1))[:8]
+  x = [0.5, -1.0, 0.1]
+  stacked = sd.log_density(flat.reshape(2, 4, 3), x, 1.0, C, 2, selection)
+  np.testing.assert_allclose(stacked.reshape(-1), sd.log_density(flat, x, 1.0, C, 2, selection),
+                             rtol=1e-12)
+
+
+def test_keeping_every_coordinate_is_no_selection():
+  """b = d keeps every coordinate: random and top-b selection release what "none" releases."""
+  releases = sd.release_grid(3, C, POINTS[::2])
+  x = [0.9, -0.4, 0.0]
+  none = sd.log_density(releases, x, 1.2, C, 3, "none")
+  for selection in ("random", "top_b"):
+    np.testing.assert_allclose(sd.log_density(releases, x, 1.2, C, 3, selection), none,
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_one_coordinate_is_an_update_and_no_coordinates_or_a_matrix_are_not():
+  """d = 1 is a valid update vector; an empty vector and a 2-D array are refused."""
+  assert sd.log_density(np.array([[0.3]]), [0.5], 1.0, C, 1, "none").shape == (1,)
+  for bad in ([], [[0.1, 0.2], [0.3, 0.4]]):
+    with pytest.raises(ValueError, match="one non-empty update vector"):
+      sd.log_density(np.zeros((1, 2)), bad, 1.0, C, 1, "none")
+
+
+def test_max_log_ratio_of_identical_inputs_is_zero_and_ignores_releases_nobody_makes():
+  """Two identical inputs: ratio 0 everywhere. A release outside [−C, C] (density 0 for every
+  input) is skipped, not allowed to hide the ratio of the releases that do occur.
+
+  Bugs caught: the running maximum starting above 0, and pairs compared where
+  both densities are 0 (−inf − (−inf) = NaN, which then wins or loses the max).
+  """
+  releases = np.array([[0.3, -0.2], [0.9, 0.9]])
+  assert sd.max_log_ratio([[0.5, 0.5], [0.5, 0.5]], releases, 1.0, C, 1, "random") == 0.0
+  inputs = [[0.0, 0.0], [C, C]]
+  inside = sd.max_log_ratio(inputs, releases, 1.0, C, 1, "none")
+  outside = np.vstack([[[3.0, 3.0]], releases])
+  assert inside > 0
+  assert sd.max_log_ratio(inputs, outside, 1.0, C, 1, "none") == inside
+
+
+def test_the_small_report_limit_does_not_depend_on_the_clip():
+  """Clip-Laplace at C has scale λ = 2C/ε': the mechanism is scale-invariant in C, so the
+  r → 0 limit of the log ratio depends on d and ε' only. Bug caught: λ = 2/(C·ε')."""
+  assert sd.top_b_small_report_limit(3, 1.0, 2.5) == pytest.approx(
+      sd.top_b_small_report_limit(3, 1.0, 1.0), rel=1e-12)
