@@ -449,3 +449,19 @@ def test_kl_margin_inflates_rho():
   eps = rdp_two_stage.rdp_to_epsilon(rho, delta)
   assert eps == pytest.approx(balle_epsilon(rho, delta), rel=1e-12)
   assert eps > 1e-3
+
+
+def test_client_sampling_amplification_is_exact_for_tiny_local_rdp():
+  """Lemma 6 at ρ = 1e-9: log(1 − λ + λe^x)/(α − 1) with x = (α − 1)ρ equals its series
+  λx + λ(1 − λ)x²/2 (exact to O(x³) ≈ 1e-21 relative) to 1e-12 relative.
+
+  The log-sum-exp form loses about 1e-7 relative here (measured 8e-8) to
+  cancellation; the log1p/expm1 form is exact. Bug caught: the small-x
+  branch never taken (every x through the log-sum-exp form).
+  """
+  lam = 0.3
+  rho = np.full(rdp_two_stage.ORDERS.shape, 1e-9)
+  x = (rdp_two_stage.ORDERS - 1.0) * rho
+  series = (lam * x + lam * (1 - lam) * x**2 / 2) / (rdp_two_stage.ORDERS - 1.0)
+  np.testing.assert_allclose(rdp_two_stage.amplify_by_client_sampling(rho, lam), series,
+                             rtol=1e-12)
