@@ -286,3 +286,18 @@ def test_two_reports_match_a_midpoint_rule_on_both_sides(other_input):
     k = math.exp(e)
     want = max(np.maximum(p - k * q, 0.0).sum() * cell, np.maximum(q - k * p, 0.0).sum() * cell)
     assert g == pytest.approx(want, abs=1e-5)
+
+
+@pytest.mark.parametrize("rule", soundness.RULES)
+def test_clone_count_trims_no_more_than_its_tail(rule):
+  """Every rule's count of 80 users trims at most ``tail`` of probability (charged to δ):
+  at most 1e-30 by default, at most 1e-6 when asked, and the looser tail keeps fewer counts.
+
+  Bug caught: the rule's ``tail`` not passed on (the counts are then trimmed at
+  reduction's default 1e-18, above the 1e-30 this oracle promises).
+  """
+  e = np.linspace(0.2, 3.0, 80)
+  strict, loose = soundness.clone_count(e, 5, rule), soundness.clone_count(e, 5, rule, tail=1e-6)
+  assert strict.tail_mass <= 1e-30
+  assert loose.tail_mass <= 1e-6
+  assert loose.pmf.size < strict.pmf.size
