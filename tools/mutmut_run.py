@@ -21,6 +21,12 @@ whole accounting suite when it survives. Here a mutant of
 ``tests/<pkg>/`` (that folder only); if none, every test that calls it. A
 mutant that only another module's tests catch therefore counts as survived:
 each module's own tests must catch its bugs.
+After the tests that called the function, the mutant runs the rest of its
+mirrored file: mutmut records a call only when the Python function body runs,
+and a ``tf.function`` trace or an ``lru_cache`` entry made by an earlier test
+hides the calls of every later test that reuses it (rpdp/per_example.py's
+weight and replacement tests reach ``vectorized_clipped_sum`` only through a
+cached trace).
 
 Each mutant's tests also run fastest first (by the durations mutmut's stats
 phase recorded), grouped by file so that a module's fixtures are built once.
@@ -59,30 +65,50 @@ fm.MutationVisitor._skip_node_and_children = _skip_node_and_children  # pylint: 
 
 
 
-def mirrored_tests(mangled: str, tests: set[str]) -> set[str]:
-  """The tests a mutant of ``mangled`` (mutmut's function key) runs; see the module doc."""
+def mirrored_tests(mangled: str, tests: set[str], all_tests=()) -> tuple[set[str], set[str]]:
+  """``(covering, extra)``: the tests a mutant of ``mangled`` (mutmut's function key) runs.
+
+  ``covering`` are the selected tests that called the function (see the
+  module doc); ``extra`` the other tests of its mirrored file (from
+  ``all_tests``), run after them: mutmut sees a call only when the Python
+  function runs, and a TensorFlow trace or an ``lru_cache`` entry built by an
+  earlier test hides the calls of every later test that reuses it.
+  """
   match = re.match(r"(.*?)\.x(?:_|\u01c1)", mangled)
   if not match:
-    return tests
+    return set(tests), set()
   parts = match.group(1).split(".")  # tff_idp.<pkg...>.<name>
   folder = "/".join(["tests", *parts[1:-1]])
   mirror = f"{folder}/test_{parts[-1]}.py"
   own = {t for t in tests if t.split("::")[0] == mirror}
   if own:
-    return own
+    return own, {t for t in all_tests if t.split("::")[0] == mirror} - own
   near = {t for t in tests if pathlib.PurePosixPath(t.split("::")[0]).parent.as_posix() == folder}
-  return near or tests
+  return (near or set(tests)), set()
 
 
-def fastest_first(tests, duration_by_test: dict[str, float]) -> list[str]:
-  """``tests`` in the order a mutant should run them: files by their fastest test, then tests by duration."""
-  by_file: dict[str, list[str]] = {}
-  for test in tests:
-    by_file.setdefault(test.split("::")[0], []).append(test)
+_COVERING: dict[str, set[str]] = {}  # mangled function name -> the tests that called it
+
+
+def fastest_first(tests, duration_by_test: dict[str, float], covering=None) -> list[str]:
+  """``tests`` in the order a mutant should run them.
+
+  The covering tests first (all of them when ``covering`` is None), then the
+  rest; within each, files by their fastest test, then tests by duration.
+  """
   def duration(test: str) -> float:
     return duration_by_test.get(test, float("inf"))
-  ordered_files = sorted(by_file.values(), key=lambda group: (min(map(duration, group)), group[0]))
-  return [test for group in ordered_files for test in sorted(group, key=lambda t: (duration(t), t))]
+
+  def ordered(group_tests) -> list[str]:
+    by_file: dict[str, list[str]] = {}
+    for test in group_tests:
+      by_file.setdefault(test.split("::")[0], []).append(test)
+    files = sorted(by_file.values(), key=lambda group: (min(map(duration, group)), group[0]))
+    return [test for group in files for test in sorted(group, key=lambda t: (duration(t), t))]
+
+  tests = list(tests)
+  first = [t for t in tests if covering is None or t in covering]
+  return ordered(first) + ordered([t for t in tests if covering is not None and t not in covering])
 
 
 def _install_fastest_first():
@@ -92,7 +118,8 @@ def _install_fastest_first():
     original_submit = runner_class.submit
 
     def submit(self, mutant_name, tests, cpu_time_limit, estimated_time, _original=original_submit):
-      ordered = fastest_first(tests, mm.state().duration_by_test)
+      covering = _COVERING.get(mutant_name.rsplit("__mutmut_", 1)[0])
+      ordered = fastest_first(tests, mm.state().duration_by_test, covering)
       return _original(self, mutant_name, ordered, cpu_time_limit, estimated_time)
 
     runner_class.submit = submit
@@ -104,9 +131,13 @@ def _install_test_selection():
 
   def collect_or_load_stats(*args, **kwargs):
     original(*args, **kwargs)
-    by_function = mm.state().tests_by_mangled_function_name
+    state = mm.state()
+    by_function = state.tests_by_mangled_function_name
+    all_tests = set(state.duration_by_test)
     for name in list(by_function):
-      by_function[name] = set(mirrored_tests(name, set(by_function[name])))
+      covering, extra = mirrored_tests(name, set(by_function[name]), all_tests)
+      _COVERING[name] = covering
+      by_function[name] = covering | extra
 
   mm.collect_or_load_stats = collect_or_load_stats
 
