@@ -338,16 +338,17 @@ def test_r_squared_of_a_grid_with_one_repeated_rate_is_one():
 _GRID = np.geomspace(scf.A_MIN, scf.A_MAX, 121)
 
 
-@pytest.mark.parametrize("a_true", [0.002, 0.7, 1.0, float(np.sqrt(_GRID[119] * _GRID[120])),
-                                    scf.A_MAX])
+@pytest.mark.parametrize("a_true", [float(np.sqrt(_GRID[0] * _GRID[1])), 0.002, 0.7, 1.0,
+                                    float(np.sqrt(_GRID[119] * _GRID[120])), scf.A_MAX])
 def test_exact_exponentials_are_recovered_across_the_range_of_a(a_true):
   """Points on f(q) = exp(a·q − 1) + ½ give back a (to 1e-7) and f (to 1e-7 of its largest value).
 
   Property: with (e^b, c) exact for each a, the search over a finds the
-  generating a wherever it lies in [A_MIN, A_MAX]: near A_MIN, between two
-  coarse grid points, between the last two grid points, and at A_MAX itself.
-  Bugs caught: a bracket that stops short of the grid's last interval or
-  indexes past its end, a refinement with a loose tolerance (SciPy's default
+  generating a wherever it lies in [A_MIN, A_MAX]: between the first two
+  grid points (the grid's best is then A_MIN itself), between two coarse grid
+  points, between the last two, and at A_MAX itself.
+  Bugs caught: a bracket that stops short of the grid's first or last
+  interval or indexes past its end, a refinement with a loose tolerance (SciPy's default
   xatol is 1e-5 in log a), and a grid that reaches past A_MAX.
   """
   q = np.linspace(0.01, 1.0, 60)
