@@ -141,12 +141,14 @@ def test_same_seed_draws_fresh_noise_unless_insecure_mode(tmp_path):
   plan = record_level.make_record_plan("ours", _budgets(fed), params, 1.0)
 
   def final_weights(name, insecure):
+    mode = {} if insecure is None else {"insecure_reproducible_noise": insecure}  # None: default
     state, _, _ = record_level.run_record_level(
         proc, fed, plan, 7, str(tmp_path / name), None, progress=False, hyperparameters=HP,
-        insecure_reproducible_noise=insecure)
+        **mode)
     return np.concatenate([np.ravel(w) for w in proc.get_model_weights(state).trainable])
 
-  assert not np.allclose(final_weights("secret1", False), final_weights("secret2", False))
+  # The default is secret noise: two default runs with the same seed differ.
+  assert not np.allclose(final_weights("secret1", None), final_weights("secret2", None))
   np.testing.assert_array_equal(final_weights("debug1", True), final_weights("debug2", True))
   assert "NOT PRIVATE" in (tmp_path / "debug1" / "metrics.csv").read_text()
   assert "NOT PRIVATE" not in (tmp_path / "secret1" / "metrics.csv").read_text()
