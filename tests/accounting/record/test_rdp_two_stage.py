@@ -465,3 +465,19 @@ def test_client_sampling_amplification_is_exact_for_tiny_local_rdp():
   series = (lam * x + lam * (1 - lam) * x**2 / 2) / (rdp_two_stage.ORDERS - 1.0)
   np.testing.assert_allclose(rdp_two_stage.amplify_by_client_sampling(rho, lam), series,
                              rtol=1e-12)
+
+
+def test_the_kl_shortcut_is_decided_row_by_row():
+  """A batch with one row safely inside the KL shortcut (ρ = 1e-10 ≪ δ² = 1e-8: ε = 0) and
+  one on the cliff (ρ = δ²(1 − 5e-4): ε > 0 by hand) gives each row its own ε.
+
+  Bug caught: the robustness of the shortcut decided over the whole batch
+  (``np.any`` without ``axis=-1``): the safe row then lets the cliff row read
+  ε = 0, an under-reported ε.
+  """
+  delta = 1e-4
+  safe = np.full(len(ORDERS), 1e-10)
+  cliff = np.full(len(ORDERS), delta**2 * (1 - 5e-4))
+  eps = rdp_two_stage.rdp_to_epsilon(np.stack([safe, cliff]), delta)
+  assert eps[0] == 0.0
+  assert eps[1] == pytest.approx(balle_epsilon(cliff, delta), rel=1e-12) and eps[1] > 1e-3
