@@ -348,3 +348,19 @@ def test_float64_weights_get_float64_noise_and_mean():
                      [collections.OrderedDict(w=np.full(50, 0.01, np.float64))], [1.0])
   assert out.result["w"].dtype == np.float64
   assert np.std(out.result["w"]) > 0
+
+
+def test_the_target_quantile_and_cohort_are_checked_at_their_edges():
+  """γ may be any quantile in [0, 1] (both ends included) and nothing else; c must be > 0.
+
+  Bugs caught: an off-by-one edge (γ = 0 or γ = 1 refused, γ = 1.5 accepted)
+  and a cohort of 0 accepted (the mean would divide by 0).
+  """
+  for gamma in (0.0, 1.0):
+    assert aggregators.AdaptiveClipDPMeanFactory(
+        1.0, 30, target_unclipped_quantile=gamma).target_unclipped_quantile == gamma
+  for gamma in (-0.1, 1.5):
+    with pytest.raises(ValueError, match="target_unclipped_quantile"):
+      aggregators.AdaptiveClipDPMeanFactory(1.0, 30, target_unclipped_quantile=gamma)
+  with pytest.raises(ValueError, match="expected_clients_per_round"):
+    aggregators.AdaptiveClipDPMeanFactory(1.0, 0.0)
