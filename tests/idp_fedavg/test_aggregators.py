@@ -364,3 +364,17 @@ def test_the_target_quantile_and_cohort_are_checked_at_their_edges():
       aggregators.AdaptiveClipDPMeanFactory(1.0, 30, target_unclipped_quantile=gamma)
   with pytest.raises(ValueError, match="expected_clients_per_round"):
     aggregators.AdaptiveClipDPMeanFactory(1.0, 0.0)
+
+
+def test_an_update_shorter_than_one_is_clipped_to_the_bound_exactly():
+  """C = 0.1 and an update of norm 0.5 (σ = 0): the mean is the update scaled to norm 0.1.
+
+  Bug caught: the norm floored at 1 instead of a tiny guard (1e-12) in
+  factor = min(1, C/max(‖Δ‖, ·)), which clips every update shorter than 1
+  too hard (the zero-noise test's norms are 5 and 0.5 against C = 1).
+  """
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.0, expected_clients_per_round=1, initial_clip=0.1, clip_learning_rate=0.0)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  out = process.next(process.initialize(), [_value(0.0, [0.3, 0.4])], [1.0])
+  np.testing.assert_allclose(out.result["b"], [0.06, 0.08], rtol=1e-6)
