@@ -378,3 +378,16 @@ def test_an_update_shorter_than_one_is_clipped_to_the_bound_exactly():
   process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
   out = process.next(process.initialize(), [_value(0.0, [0.3, 0.4])], [1.0])
   np.testing.assert_allclose(out.result["b"], [0.06, 0.08], rtol=1e-6)
+
+
+def test_an_update_exactly_at_the_clip_counts_as_unclipped():
+  """Andrew et al.'s clip bit is 1[‖Δ‖ ≤ C]: an update of norm exactly C = 1 is unclipped.
+
+  With σ = 0 and one client the released fraction is exact: 1 for a bit of 1,
+  0 for a bit of 0. Bug caught: ``<`` for ``<=`` in the bit.
+  """
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.0, expected_clients_per_round=1, initial_clip=1.0, clip_learning_rate=0.0)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  out = process.next(process.initialize(), [_value(0.0, [0.0, 1.0])], [1.0])
+  assert out.measurements["unclipped_fraction"] == pytest.approx(1.0)
