@@ -176,8 +176,8 @@ def test_pld_matches_fresh_accountant_and_rounds():
   """``pld`` equals a fresh dp_accounting PLD of the same (ε, δ), composed k times and then
   ``rounds`` times; k in the result is k·rounds.
 
-  Catches: rounds ignored or squared, k·rounds wrong in the result, the discretization
-  interval not passed on.
+  Catches: rounds ignored or squared (or ignored at two rounds: an under-reported ε),
+  k·rounds wrong in the result, the discretization interval not passed on.
   """
   r = comp.pld(0.3, 1e-7, 20, 1e-4)
   assert r.feasible and r.k == 20 and r.method == "pld" and r.delta == 1e-4
@@ -186,6 +186,10 @@ def test_pld_matches_fresh_accountant_and_rounds():
   assert r3.k == 60
   assert r3.epsilon == pytest.approx(_fresh_pld(0.3, 1e-7, 60, 1e-4), rel=2e-3)
   assert r3.epsilon > r.epsilon * 1.5
+  # Two rounds are composed too (the smallest count past one round).
+  r2 = comp.pld(0.3, 1e-7, 20, 1e-4, rounds=2)
+  assert r2.k == 40
+  assert r2.epsilon == pytest.approx(_fresh_pld(0.3, 1e-7, 40, 1e-4), rel=2e-3)
   coarse = comp.pld(0.3, 1e-7, 20, 1e-4, value_discretization_interval=1e-2)
   assert coarse.epsilon == pytest.approx(_fresh_pld(0.3, 1e-7, 20, 1e-4, 1e-2), rel=1e-9)
   assert coarse.epsilon != r.epsilon
