@@ -64,8 +64,6 @@ def test_scale_ledger_charges_each_group_its_effective_noise_multiplier():
   charging the base z (the ε = 4 group is then reported at about 8, and a
   plan's printed ε no longer matches what is released).
   """
-  import dp_accounting  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   spec = privacy_plan.parse_run_spec("scale", RATIOS, 3)
   rounds, delta = 50, 1e-4
   plan = privacy_plan.make_privacy_plan(spec, [1.0, 2.0, 4.0], 600, 20.0, rounds, delta,
@@ -75,11 +73,7 @@ def test_scale_ledger_charges_each_group_its_effective_noise_multiplier():
   spent = plan.ledger.spent(rounds)
   for p, budget in enumerate([1.0, 2.0, 4.0]):
     s_p = float(np.unique(plan.client_clip_scales[plan.client_groups == p])[0])
-    acc = dp_accounting.rdp.RdpAccountant()
-    acc.compose(dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z / s_p)),
-        rounds))
-    independent = acc.get_epsilon(delta)
+    independent = _fresh_rdp_epsilon(q, z / s_p, rounds, delta)
     assert spent[p] == pytest.approx(independent, rel=1e-6), p
     assert independent <= budget
   assert min(plan.client_clip_scales) < 1.0  # the test would be vacuous with every s_p = 1
@@ -98,7 +92,6 @@ def test_summary_and_aggregator_kwargs_report_the_plan(text):
   SCALE's clip-bit normaliser not reaching the aggregator (which then
   normalises the clip bits by c instead of Σ q_i s_i).
   """
-  import numpy as np  # pylint: disable=g-import-not-at-top
   spec = privacy_plan.parse_run_spec(text, [0.5, 0.5], 2)
   plan = privacy_plan.make_privacy_plan(spec, [2.0, 8.0], 200, 10, 20, 1e-5, "rdp", 0)
   summary = plan.summary()
