@@ -391,3 +391,114 @@ def test_an_update_exactly_at_the_clip_counts_as_unclipped():
   process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
   out = process.next(process.initialize(), [_value(0.0, [0.0, 1.0])], [1.0])
   assert out.measurements["unclipped_fraction"] == pytest.approx(1.0)
+
+
+# -- the presummed form (issue 35): the same mechanism on a cohort clipped and summed here --
+
+def _cohort(rng, n, clip=1.0):
+  """n updates of norms spread around the clip, with an absent, a non-finite and an exact-C one."""
+  values = []
+  for i in range(n):
+    norm = clip * float(rng.choice([0.2, 0.9, 1.0, 1.5, 4.0]))
+    a = rng.normal(size=2000).astype(np.float32)
+    b = rng.normal(size=2).astype(np.float32)
+    scale = norm / math.sqrt(float(np.sum(a.astype(np.float64)**2) + np.sum(b.astype(np.float64)**2)))
+    values.append(collections.OrderedDict(a=a * np.float32(scale), b=b * np.float32(scale)))
+  values[0] = _value(0.0, [0.0, 0.0])
+  if n > 1:
+    values[1]["a"][3] = np.inf
+  if n > 2:
+    values[2] = _value(0.0, [0.6, 0.8])  # norm exactly C = 1
+  return values
+
+
+def _presummed_round(factory, state, values, weights):
+  presummed = factory.create_presummed(VALUE_TYPE)
+  return presummed.server_next(state, presummed.client_sums(state, values, weights))
+
+
+def _assert_outputs_close(expected, actual):
+  np.testing.assert_allclose(actual.result["a"], expected.result["a"], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(actual.result["b"], expected.result["b"], rtol=1e-5, atol=1e-6)
+  for key in ("clip", "noise_std", "mean_noise_std", "unclipped_fraction"):
+    assert actual.measurements[key] == pytest.approx(expected.measurements[key], rel=1e-5)
+  assert actual.measurements["diagnostics"] == expected.measurements["diagnostics"]
+  assert actual.state["noise_seed"] == expected.state["noise_seed"]
+  assert actual.state["round"] == expected.state["round"]
+  assert actual.state["clip"] == pytest.approx(expected.state["clip"], rel=1e-6)
+
+
+def test_presummed_rounds_equal_the_aggregation_process():
+  """Property: ``create_presummed`` releases what ``create().next`` releases, round after round.
+
+  Three rounds of 9 clients (clip scales in (0, 1], an absent client of weight 0,
+  a non-finite one, one at exactly ‖Δ‖ = C) with a fixed seed: the noised mean,
+  the clip update, the measurements and the state agree to float tolerance (the
+  sums are added in another order). Bugs caught: any difference in clipping,
+  clip bits, their scaling, the diagnostic counts, the noise or its round seed.
+  """
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.7, expected_clients_per_round=8, initial_clip=1.0, clipped_count_stddev=2.0,
+      noise_seed=5)
+  process = factory.create(VALUE_TYPE, WEIGHT_TYPE)
+  rng = np.random.default_rng(3)
+  state = process.initialize()
+  for _ in range(3):
+    values = _cohort(rng, 9, clip=float(state["clip"]))
+    weights = [0.0, 1.0, 1.0, 0.5, 0.25, 1.0, 0.75, 0.1, 1.0]
+    expected = process.next(state, values, weights)
+    _assert_outputs_close(expected, _presummed_round(factory, state, values, weights))
+    state = expected.state
+
+
+def test_presummed_chunks_and_an_empty_cohort(monkeypatch):
+  """Chunks of 2 clients sum to the one-chunk result; no client gives the process's empty round."""
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.5, expected_clients_per_round=4, initial_clip=1.0, clipped_count_stddev=1.0,
+      noise_seed=9)
+  presummed = factory.create_presummed(VALUE_TYPE)
+  state = presummed.initialize()
+  values = _cohort(np.random.default_rng(4), 7)
+  weights = [0.0, 1.0, 1.0, 0.3, 1.0, 0.6, 1.0]
+  whole = presummed.client_sums(state, values, weights)
+  monkeypatch.setattr(aggregators, "PRESUMMED_CHUNK_CLIENTS", 2)
+  chunked = presummed.client_sums(state, values, weights)
+  np.testing.assert_allclose(chunked["value_sum"]["a"], whole["value_sum"]["a"], atol=1e-6)
+  np.testing.assert_allclose(chunked["value_sum"]["b"], whole["value_sum"]["b"], atol=1e-6)
+  assert chunked["unclipped_sum"] == pytest.approx(whole["unclipped_sum"], abs=1e-6)
+  assert chunked["diagnostics"] == whole["diagnostics"]
+  assert whole["diagnostics"]["num_clients"] == 5  # 7 less the absent and the non-finite
+  expected = factory.create(VALUE_TYPE, WEIGHT_TYPE).next(state, [], [])
+  _assert_outputs_close(expected, _presummed_round(factory, state, [], []))
+
+
+@pytest.mark.parametrize("bad_weight", [1.5, -0.5, float("nan"), 20.0])
+def test_presummed_refuses_a_weight_it_cannot_account_for(bad_weight):
+  """A clip scale outside (0, 1] fails the round with the factory's message, as in TFF."""
+  factory = aggregators.AdaptiveClipDPMeanFactory(0.5, 4, clipped_count_stddev=1.0,
+                                                  noise_seed=1)
+  presummed = factory.create_presummed(VALUE_TYPE)
+  state = presummed.initialize()
+  values = _cohort(np.random.default_rng(5), 3)
+  with pytest.raises(Exception, match="client_weighting=tff.learning.ClientWeighting.UNIFORM"):
+    presummed.client_sums(state, values, [1.0, bad_weight, 1.0])
+
+
+def test_presummed_takes_no_canaries_and_draws_fresh_noise_every_round():
+  """Canary factories are refused; two rounds on the same sums release different noise."""
+  with pytest.raises(ValueError, match="canaries"):
+    aggregators.AdaptiveClipDPMeanFactory(0.5, 4, clipped_count_stddev=1.0,
+                                          accept_canaries=True).create_presummed(VALUE_TYPE)
+  factory = aggregators.AdaptiveClipDPMeanFactory(0.5, 4, initial_clip=1.0,
+                                                  clipped_count_stddev=1.0,
+                                                  clip_learning_rate=0.0)
+  presummed = factory.create_presummed(VALUE_TYPE)
+  state = presummed.initialize()
+  values = _cohort(np.random.default_rng(6), 4)
+  sums = presummed.client_sums(state, values, [1.0] * 4)
+  first = presummed.server_next(state, sums)
+  second = presummed.server_next(first.state, sums)
+  assert not np.allclose(first.result["a"], second.result["a"])
+  # A second initialize() draws another secret seed: different noise on the same sums.
+  other = presummed.server_next(presummed.initialize(), sums)
+  assert not np.allclose(first.result["a"], other.result["a"])

@@ -63,6 +63,9 @@ def _compare(model_fn, noise, inputs_for, reference="in_process", rounds=2, **kw
   """The vectorized process is built first: building any process after an in-process one
   would invalidate the in-process process's Keras models (its builder's docstring)."""
   candidate = _build(model_fn, noise, "vectorized", **kwargs)
+  # A DP round clips and sums the stacked cohort here (the presummed DP mean);
+  # these comparisons are what check it against the per-client aggregator.
+  assert (candidate.presummed_aggregation is None) == (noise is None)
   _rounds(_build(model_fn, noise, reference, **kwargs), candidate, inputs_for, rounds)
 
 

@@ -47,6 +47,26 @@ class CohortUpdate(Protocol):
     """Per client, in order: (update as numpy arrays, update weight, statistics)."""
 
 
+class PresummedAggregation(Protocol):
+  """An aggregator split into the cohort's summed part here and a TFF server part (issue 35).
+
+  For a cohort trained at once in this process, shipping every client's
+  update to TFF only to sum it there costs more than the training. Such an
+  aggregator (e.g. :meth:`tff_idp.idp_fedavg.aggregators.AdaptiveClipDPMeanFactory.create_presummed`)
+  computes its client-side part on the whole cohort and sums it in this
+  process (``client_sums``; nothing random), and does the rest, its noise
+  included, in ``server_next``: a TFF computation ``(state@SERVER,
+  sums@SERVER) -> MeasuredProcessOutput`` with the state and measurements
+  of the ``AggregationProcess`` it replaces.
+  """
+
+  sums_type: tff.types.Type
+  server_next: tff.Computation
+
+  def client_sums(self, state: Any, updates: Sequence[Any], weights: Sequence[Any]) -> Any:
+    """The cohort's client-side part, summed (of type ``sums_type``)."""
+
+
 class ClientUpdate(Protocol):
   """One client's local training in this process (one model copy)."""
 
@@ -111,7 +131,8 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
                       finalizer: tff.learning.templates.FinalizerProcess,
                       stats_type: Optional[tff.types.Type],
                       aggregate_stats: Optional[Callable[[Any], Any]],
-                      stats_at_server: bool = False) -> tff.Computation:
+                      stats_at_server: bool = False,
+                      presummed: Optional[PresummedAggregation] = None) -> tff.Computation:
   """The round's server part as one TFF computation (the composed process's lines, unchanged).
 
   ``(aggregator state, finalizer state, global weights@SERVER, updates@CLIENTS,
@@ -127,11 +148,18 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
   (:func:`sum_client_stats`; the vectorized executions), and
   ``aggregate_stats`` only finalizes them: the same training measurements
   (sums of the same numbers) without one TFF client value per client, which
-  was half of the server step at c = 1,000 (issue 35). The aggregator still
-  gets every client's update and weight as its own client value.
+  was half of the server step at c = 1,000 (issue 35). ``presummed`` (a
+  :class:`PresummedAggregation` of the same mechanism as ``aggregator``):
+  the computation takes the cohort's sums at ``tff.SERVER`` in place of the
+  updates and update weights and calls ``presummed.server_next`` in place of
+  ``aggregator.next``; otherwise the aggregator gets every client's update
+  and weight as its own client value.
   """
   agg_state_type, value_type, weight_type = aggregator.next.type_signature.parameter
   fin_state_type, weights_type, _ = finalizer.next.type_signature.parameter
+  if presummed is not None:
+    return _presummed_server_step(presummed, agg_state_type, finalizer, fin_state_type,
+                                  weights_type, stats_type, aggregate_stats, stats_at_server)
 
   def step(agg_state, fin_state, global_weights, updates, update_weights, train_metrics):
     aggregated = aggregator.next(agg_state, updates, update_weights)
@@ -159,6 +187,38 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
                 aggregate_stats(stats))
 
   return server_step
+
+
+def _presummed_server_step(presummed: PresummedAggregation, agg_state_type, finalizer,
+                           fin_state_type, weights_type, stats_type, aggregate_stats,
+                           stats_at_server: bool) -> tff.Computation:
+  """:func:`build_server_step` on the cohort's sums (its ``presummed`` argument)."""
+  if stats_type is not None and not stats_at_server:
+    raise ValueError("a presummed aggregation takes the statistics summed too "
+                     "(stats_at_server=True).")
+  sums_type = tff.FederatedType(presummed.sums_type, tff.SERVER)
+
+  def step(agg_state, fin_state, global_weights, sums, train_metrics):
+    aggregated = presummed.server_next(agg_state, sums)
+    finalized = finalizer.next(fin_state, global_weights, aggregated.result)
+    return collections.OrderedDict(
+        aggregator_state=aggregated.state, aggregator_measurements=aggregated.measurements,
+        finalizer_state=finalized.state, new_weights=finalized.result,
+        finalizer_measurements=finalized.measurements, train_metrics=train_metrics)
+
+  if stats_type is None:
+    @tff.federated_computation(agg_state_type, fin_state_type, weights_type, sums_type)
+    def presummed_step_without_stats(agg_state, fin_state, global_weights, sums):
+      return step(agg_state, fin_state, global_weights, sums, ())
+
+    return presummed_step_without_stats
+
+  @tff.federated_computation(agg_state_type, fin_state_type, weights_type, sums_type,
+                             tff.FederatedType(stats_type, tff.SERVER))
+  def presummed_step(agg_state, fin_state, global_weights, sums, stats):
+    return step(agg_state, fin_state, global_weights, sums, aggregate_stats(stats))
+
+  return presummed_step
 
 
 def sum_client_stats(stats: Sequence[Any], stats_type: tff.types.Type) -> Any:
@@ -197,7 +257,9 @@ class InProcessLearningProcess:
   rPDP-FL advances its round counter). ``cohort_update`` (a
   :class:`CohortUpdate`), when given, trains every round's whole cohort
   instead (issue 35's vectorized execution; ``client_updates`` is then
-  empty). ``client_work_measurements`` maps the server step's
+  empty). ``presummed_aggregation`` (a :class:`PresummedAggregation`, for a
+  server step built with it): the cohort's updates are clipped and summed
+  here and the server step gets the sums. ``client_work_measurements`` maps the server step's
   ``train_metrics`` to the reference's client work measurements
   (``OrderedDict(train=...)`` by default; APES reports ``()``). A server
   step built with ``stats_type=None`` takes no client statistics (the
@@ -212,19 +274,25 @@ class InProcessLearningProcess:
                client_updates: Sequence[ClientUpdate], server_step: tff.Computation,
                next_client_work_state: Callable[[Any], Any] = lambda state: state,
                cohort_update: Optional[CohortUpdate] = None,
-               client_work_measurements: Callable[[Any], Any] = _train_measurements):
+               client_work_measurements: Callable[[Any], Any] = _train_measurements,
+               presummed_aggregation: Optional[PresummedAggregation] = None):
     if not client_updates and cohort_update is None:
       raise ValueError("an in-process learning process needs at least one client update.")
     self.cohort_update = cohort_update
+    self.presummed_aggregation = presummed_aggregation
     self.reference = reference
     self.client_updates = list(client_updates)
     self.server_step = server_step
     self.next_client_work_state = next_client_work_state
     self.client_work_measurements = client_work_measurements
     parameters = server_step.type_signature.parameter
-    self._takes_stats = len(parameters) == 6
-    self._stats_at_server = self._takes_stats and parameters[5].placement is tff.SERVER
-    self._summed_stats_type = parameters[5].member if self._stats_at_server else None
+    # (agg state, fin state, weights, updates, update weights[, stats]), or with a
+    # presummed aggregation (agg state, fin state, weights, sums[, stats]).
+    arity = 5 if presummed_aggregation is not None else 6
+    self._takes_stats = len(parameters) == arity
+    self._stats_at_server = (self._takes_stats
+                             and parameters[arity - 1].placement is tff.SERVER)
+    self._summed_stats_type = parameters[arity - 1].member if self._stats_at_server else None
     self.initialize = reference.initialize
     self.get_model_weights = reference.get_model_weights
     self.set_model_weights = reference.set_model_weights
@@ -261,8 +329,12 @@ class InProcessLearningProcess:
     """One round: the clients here, then the TFF server step."""
     weights = state.global_model_weights
     results = self._train_clients(state.client_work, weights, client_data)
-    args = [state.aggregator, state.finalizer, weights, [r[0] for r in results],
-            [r[1] for r in results]]
+    updates, update_weights = [r[0] for r in results], [r[1] for r in results]
+    if self.presummed_aggregation is not None:
+      args = [state.aggregator, state.finalizer, weights,
+              self.presummed_aggregation.client_sums(state.aggregator, updates, update_weights)]
+    else:
+      args = [state.aggregator, state.finalizer, weights, updates, update_weights]
     if self._stats_at_server:
       args.append(sum_client_stats([r[2] for r in results], self._summed_stats_type))
     elif self._takes_stats:

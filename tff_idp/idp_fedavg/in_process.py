@@ -164,7 +164,8 @@ def _single_value(dataset: tf.data.Dataset) -> float:
 
 def build_server_step(aggregator: tff.templates.AggregationProcess,
                       finalizer: tff.learning.templates.FinalizerProcess,
-                      client_update: Any, stats_at_server: bool = False) -> tff.Computation:
+                      client_update: Any, stats_at_server: bool = False,
+                      presummed: Any = None) -> tff.Computation:
   """The engine's server step with the training metrics TFF's model-delta client work reports.
 
   ``tff.learning.metrics.sum_then_finalize`` over the clients' unfinalized
@@ -173,7 +174,9 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
   :class:`~tff_idp.idp_fedavg.vectorized.VectorizedModelDeltaUpdate` (both
   give ``stats_type`` and ``metric_finalizers``). ``stats_at_server``: the
   cohort's metrics arrive summed at the server and are only finalized
-  (:func:`tff_idp.engine.in_process_round.build_server_step`).
+  (:func:`tff_idp.engine.in_process_round.build_server_step`). ``presummed``:
+  the DP mean's :class:`~tff_idp.idp_fedavg.aggregators.PresummedDPMean`
+  (the server step then takes the cohort's sums; with ``stats_at_server``).
   """
   if not stats_at_server:
     return in_process_round.build_server_step(
@@ -191,7 +194,8 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
     return tff.federated_map(finalize, summed)
 
   return in_process_round.build_server_step(aggregator, finalizer, client_update.stats_type,
-                                            finalize_at_server, stats_at_server=True)
+                                            finalize_at_server, stats_at_server=True,
+                                            presummed=presummed)
 
 
 default_parallel_clients = client_execution.default_parallel_clients
