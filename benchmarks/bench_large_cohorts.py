@@ -17,8 +17,9 @@ MLP (64 hidden units, 4,554 parameters). Per cohort size c, entries:
 
 A round is what the driver times: building the c client inputs (pipelines,
 or ``ClientArrays`` for the vectorized entry) plus ``process.next`` (the
-clients, then the unchanged TFF server step: clipping, noise, server
-optimizer). The cohort's arrays are drawn before the clock starts. Each pass
+clients, then the server step: clipping, noise, server optimizer; for the
+vectorized entry the DP mean clips and sums the stacked cohort in process and
+noises the sums in TFF, ``AdaptiveClipDPMeanFactory.create_presummed``). The cohort's arrays are drawn before the clock starts. Each pass
 runs one round of every entry, in rotated order; the first round of each
 entry (tracing) is a warm-up. Medians over passes, ranges in brackets; the
 load average is printed at the start and the end.
@@ -27,7 +28,9 @@ load average is printed at the start and the end.
       [--per_client_max=1000]
 
 ``--per_client_max``: the per-client entries run up to this cohort size (a
-10,000-client per-client round takes a minute or more on 2 cores).
+10,000-client per-client round takes a minute or more on 2 cores). Results go
+to ``benchmarks/results/large_cohorts.json`` (default cohorts) or
+``large_cohorts_c<cohorts>.json``.
 """
 from __future__ import annotations
 
@@ -41,7 +44,14 @@ import numpy as np
 
 from benchmarks import arguments
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results", "large_cohorts.json")
+RESULTS_DIR = os.path.join(os.path.dirname(__file__), "results")
+DEFAULT_COHORTS = (10, 100, 1000, 10_000)
+
+
+def results_path(cohorts=DEFAULT_COHORTS) -> str:
+  """``large_cohorts.json`` for the default cohorts, ``large_cohorts_c<c>_<c>....json`` else."""
+  tag = "" if tuple(cohorts) == DEFAULT_COHORTS else "_c" + "_".join(map(str, cohorts))
+  return os.path.join(RESULTS_DIR, f"large_cohorts{tag}.json")
 FEDERATION = 100_000
 EXAMPLES, FEATURES, CLASSES, BATCH, EPOCHS, LR = 8, 60, 10, 16, 1, 0.1
 ENTRIES = ("tff", "in_process", "vectorized", "plain tf.function loop")
@@ -110,7 +120,7 @@ def _inputs(entry: str, arrays, seeds):
   return clients if entry == "vectorized" else [c.dataset() for c in clients]
 
 
-def main(passes: int = 3, cohorts=(10, 100, 1000, 10_000), per_client_max: int = 1000,
+def main(passes: int = 3, cohorts=DEFAULT_COHORTS, per_client_max: int = 1000,
          out_path=None) -> dict:
   import logging  # pylint: disable=g-import-not-at-top
   logging.getLogger("tensorflow").setLevel(logging.ERROR)
@@ -218,6 +228,8 @@ def _parse(argv) -> dict:
 
 
 if __name__ == "__main__":
-  results = main(**_parse(sys.argv[1:]), out_path=RESULTS)
+  parsed = _parse(sys.argv[1:])
+  out = results_path(parsed.get("cohorts", DEFAULT_COHORTS))
+  results = main(**parsed, out_path=out)
   print(table(results))
-  print(f"written to {RESULTS}")
+  print(f"written to {out}")

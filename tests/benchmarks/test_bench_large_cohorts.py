@@ -42,3 +42,10 @@ def test_a_short_run_prints_every_entry():
     assert f"| logreg | 4 | {entry} |" in proc.stdout and f"| mlp | 4 | {entry} |" in proc.stdout
   assert "| logreg | 12 | vectorized |" in proc.stdout
   assert "| logreg | 12 | tff |" not in proc.stdout  # above --per_client_max
+
+
+def test_results_go_to_a_file_named_by_the_cohorts():
+  """The default run keeps its name; another run's cohorts name its file (no overwriting)."""
+  assert bench.results_path().endswith("results/large_cohorts.json")
+  assert bench.results_path((1000,)).endswith("results/large_cohorts_c1000.json")
+  assert bench.results_path((10, 100)).endswith("results/large_cohorts_c10_100.json")

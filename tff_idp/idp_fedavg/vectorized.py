@@ -19,10 +19,14 @@ result is what it is alone, within float tolerance
   (``NUM_EXAMPLES``) or its SCALE clip scale.
 
 There is no randomness in this local training (dense models, no Dropout) and
-no privacy step: per-client clipping, the noised sum and the adaptive clip's
-noised count run in the unchanged TFF server step
-(:func:`tff_idp.engine.in_process_round.build_server_step`), once per round,
-as in the per-client executions. The client optimizer is any element-wise
+no privacy step. With DP, the driver process's round hands the cohort's
+updates and weights to the DP mean's
+:class:`~tff_idp.idp_fedavg.aggregators.PresummedDPMean`: the same per-client
+clipping (:func:`~tff_idp.idp_fedavg.aggregators.clip_client_update`) on the
+stacked cohort, summed in this process, then the same noising computation
+(noise once per round from the state's seed, the adaptive clip's noised
+count) in the TFF server step
+(:func:`tff_idp.engine.in_process_round.build_server_step`). The client optimizer is any element-wise
 ``tff.learning.optimizers`` optimizer (SGD with or without momentum, Adam,
 ...).
 
