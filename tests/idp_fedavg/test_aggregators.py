@@ -404,11 +404,14 @@ def _cohort(rng, n, clip=1.0):
     b = rng.normal(size=2).astype(np.float32)
     scale = norm / math.sqrt(float(np.sum(a.astype(np.float64)**2) + np.sum(b.astype(np.float64)**2)))
     values.append(collections.OrderedDict(a=a * np.float32(scale), b=b * np.float32(scale)))
-  values[0] = _value(0.0, [0.0, 0.0])
+  # The first client is a real one (a sum that skipped it would differ); then an
+  # absent client, a non-finite one and one of norm exactly C.
   if n > 1:
-    values[1]["a"][3] = np.inf
+    values[1] = _value(0.0, [0.0, 0.0])
   if n > 2:
-    values[2] = _value(0.0, [0.6, 0.8])  # norm exactly C = 1
+    values[2]["a"][3] = np.inf
+  if n > 3:
+    values[3] = _value(0.0, [0.6 * clip, 0.8 * clip])
   return values
 
 
@@ -445,7 +448,7 @@ def test_presummed_rounds_equal_the_aggregation_process():
   state = process.initialize()
   for _ in range(3):
     values = _cohort(rng, 9, clip=float(state["clip"]))
-    weights = [0.0, 1.0, 1.0, 0.5, 0.25, 1.0, 0.75, 0.1, 1.0]
+    weights = [0.5, 0.0, 1.0, 1.0, 0.25, 1.0, 0.75, 0.1, 1.0]
     expected = process.next(state, values, weights)
     _assert_outputs_close(expected, _presummed_round(factory, state, values, weights))
     state = expected.state
@@ -459,7 +462,7 @@ def test_presummed_chunks_and_an_empty_cohort(monkeypatch):
   presummed = factory.create_presummed(VALUE_TYPE)
   state = presummed.initialize()
   values = _cohort(np.random.default_rng(4), 7)
-  weights = [0.0, 1.0, 1.0, 0.3, 1.0, 0.6, 1.0]
+  weights = [0.3, 0.0, 1.0, 1.0, 1.0, 0.6, 1.0]
   whole = presummed.client_sums(state, values, weights)
   monkeypatch.setattr(aggregators, "PRESUMMED_CHUNK_CLIENTS", 2)
   chunked = presummed.client_sums(state, values, weights)
@@ -481,12 +484,15 @@ def test_presummed_refuses_a_weight_it_cannot_account_for(bad_weight):
   state = presummed.initialize()
   values = _cohort(np.random.default_rng(5), 3)
   with pytest.raises(Exception, match="client_weighting=tff.learning.ClientWeighting.UNIFORM"):
-    presummed.client_sums(state, values, [1.0, bad_weight, 1.0])
+    presummed.client_sums(state, values, [1.0, 1.0, bad_weight])
+  with pytest.raises(ValueError, match="^3 updates but 2 weights.$"):
+    presummed.client_sums(state, values, [1.0, 1.0])
 
 
 def test_presummed_takes_no_canaries_and_draws_fresh_noise_every_round():
   """Canary factories are refused; two rounds on the same sums release different noise."""
-  with pytest.raises(ValueError, match="canaries"):
+  with pytest.raises(ValueError, match=r"^the presummed DP mean takes no audit canaries; "
+                                       r"use create\(\)\.$"):
     aggregators.AdaptiveClipDPMeanFactory(0.5, 4, clipped_count_stddev=1.0,
                                           accept_canaries=True).create_presummed(VALUE_TYPE)
   factory = aggregators.AdaptiveClipDPMeanFactory(0.5, 4, initial_clip=1.0,
@@ -502,3 +508,32 @@ def test_presummed_takes_no_canaries_and_draws_fresh_noise_every_round():
   # A second initialize() draws another secret seed: different noise on the same sums.
   other = presummed.server_next(presummed.initialize(), sums)
   assert not np.allclose(first.result["a"], other.result["a"])
+
+
+def test_presummed_types_and_float64_leaves():
+  """The sums' type is an OrderedDict of the value sum, the bit sum and the counts, and a
+  float64 model is clipped, summed and noised in float64 as by ``create().next``."""
+  factory = aggregators.AdaptiveClipDPMeanFactory(
+      0.5, expected_clients_per_round=3, initial_clip=1.0, clipped_count_stddev=1.0,
+      noise_seed=2)
+  presummed = factory.create_presummed(VALUE_TYPE)
+  assert presummed.sums_type.python_container is collections.OrderedDict
+  assert str(presummed.server_next.type_signature) == (
+      "(<state=<clip=float32,noise_seed=int64,round=int64>@SERVER,sums=<value_sum=<a=float32"
+      "[2000],b=float32[2]>,unclipped_sum=float32,diagnostics=<num_clients=float32,"
+      "nonfinite_updates=float32,invalid_clip_scales=float32>>@SERVER> -> <state=<clip=float32,"
+      "noise_seed=int64,round=int64>@SERVER,result=<a=float32[2000],b=float32[2]>@SERVER,"
+      "measurements=<clip=float32,noise_std=float32,mean_noise_std=float32,"
+      "unclipped_fraction=float32,diagnostics=<num_clients=float32,nonfinite_updates=float32,"
+      "invalid_clip_scales=float32>>@SERVER>)")
+  value_type = tff.to_type(collections.OrderedDict(w=tff.TensorType(np.float64, [50])))
+  rng = np.random.default_rng(8)
+  values = [collections.OrderedDict(w=rng.normal(size=50) * 0.1) for _ in range(3)]
+  process = factory.create(value_type, WEIGHT_TYPE)
+  state = process.initialize()
+  expected = process.next(state, values, [1.0, 0.5, 1.0])
+  presummed = factory.create_presummed(value_type)
+  actual = presummed.server_next(
+      state, presummed.client_sums(state, values, [1.0, 0.5, 1.0]))
+  assert actual.result["w"].dtype == np.float64
+  np.testing.assert_allclose(actual.result["w"], expected.result["w"], rtol=1e-12, atol=1e-13)

@@ -322,8 +322,6 @@ class PresummedDPMean:
 
   def __init__(self, factory: AdaptiveClipDPMeanFactory, value_type):
     init_fn, noise_at_server = factory._server_computations(value_type)  # pylint: disable=protected-access
-    self.factory = factory
-    self.value_type = value_type
     state_type = init_fn.type_signature.result
     self.sums_type = tff.StructWithPythonType(
         [("value_sum", value_type), ("unclipped_sum", np.float32),
