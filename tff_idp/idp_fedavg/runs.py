@@ -28,7 +28,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from scipy import stats
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp.idp_fedavg import aggregators
