@@ -195,3 +195,59 @@ def test_verify_accepts_a_plan_that_spends_exactly_its_budget():
   hair = tuple(math.nextafter(e, 0.0) for e in plan.achieved_epsilons)
   with pytest.raises(RuntimeError, match="over-budget"):
     owner_plan.verify_plan(owner_plan.OwnerPlan(**{**plan.__dict__, "target_epsilons": hair}))
+
+
+@pytest.mark.parametrize("mechanism", ["sample", "scale"])
+def test_pld_plans_are_charged_with_a_fresh_pld_accountant(mechanism):
+  """``accountant="pld"`` reaches the calibration, the verification and every reported ε:
+  each owner's ε equals a fresh dp-accounting PLD accountant's for the released (q, σ/C_n)
+  and lies within budget; the RDP value of the same plan differs. Bugs caught: the
+  accountant argument dropped anywhere (the plan silently calibrated or checked with RDP,
+  the default), the mechanism not recorded in the plan."""
+  plan = owner_plan.plan_owners([0.5, 2.0], [400, 400], DELTA, steps=50, expected_batch=40,
+                                mechanism=mechanism, accountant="pld")
+  assert plan.mechanism == mechanism and plan.accountant == "pld"
+  pld = [dp_epsilon(q, plan.noise_std / c, plan.steps, plan.delta, "pld")
+         for q, c in zip(plan.sampling_rates, plan.clip_thresholds)]
+  np.testing.assert_allclose(plan.achieved_epsilons, pld, rtol=1e-9)
+  for e, target in zip(pld, plan.target_epsilons):
+    assert e <= target
+  # The strictest owner's budget is used nearly in full under PLD, where RDP would
+  # report it well over (RDP is looser): a plan calibrated with RDP would not be this tight.
+  assert pld[0] >= 0.97 * plan.target_epsilons[0]
+  rdp = _independent_epsilons(plan)
+  assert rdp[0] > pld[0] * 1.02
+  # owner_epsilon passes the accountant on too.
+  q, z = plan.sampling_rates[0], plan.effective_noise_multipliers[0]
+  assert owner_plan.owner_epsilon(q, z, plan.steps, plan.delta, "pld") == pytest.approx(
+      pld[0], rel=1e-9)
+
+
+def test_owner_epsilon_at_noise_multiplier_one_is_the_accountants():
+  """z_eff = 1 is an ordinary noise level (only z = 0 is "no noise", ε = ∞)."""
+  assert owner_plan.owner_epsilon(0.05, 1.0, 20, DELTA) == pytest.approx(
+      dp_epsilon(0.05, 1.0, 20, DELTA), rel=1e-12)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(epsilons=[0.5, -1.0]), r"epsilons\[1\]"),
+    (dict(clip_norm=0.0), r"clip_norm=0.0 must be a finite number > 0"),
+])
+def test_a_bad_budget_or_a_zero_clip_is_refused_by_name(kwargs, match):
+  args = dict(epsilons=[0.5, 1.0], owner_sizes=[100, 100], delta=DELTA, steps=10,
+              expected_batch=10)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    owner_plan.plan_owners(**args)
+
+
+def test_one_record_and_a_batch_below_one_are_planned():
+  """A silo of a single record, and an expected batch in (0, 1), are valid and verified.
+  Bugs caught: the record check made ``<= 1`` / ``< 2``, the batch bound made ``1 < b``."""
+  plan = owner_plan.plan_owners([50.0, 80.0], [1, 0], DELTA, 5, expected_batch=1.0,
+                                mechanism="scale")
+  assert plan.owner_sizes == (1, 0) and plan.sampling_rates[0] == 1.0
+  plan = owner_plan.plan_owners([2.0, 4.0], [100, 100], DELTA, 10, expected_batch=0.5)
+  assert plan.expected_batch == pytest.approx(0.5, rel=5e-3)
+  for e_ind, e_t in zip(_independent_epsilons(plan), plan.target_epsilons):
+    assert e_ind <= e_t
