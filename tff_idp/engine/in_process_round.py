@@ -162,12 +162,8 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
                                   weights_type, stats_type, aggregate_stats, stats_at_server)
 
   def step(agg_state, fin_state, global_weights, updates, update_weights, train_metrics):
-    aggregated = aggregator.next(agg_state, updates, update_weights)
-    finalized = finalizer.next(fin_state, global_weights, aggregated.result)
-    return collections.OrderedDict(
-        aggregator_state=aggregated.state, aggregator_measurements=aggregated.measurements,
-        finalizer_state=finalized.state, new_weights=finalized.result,
-        finalizer_measurements=finalized.measurements, train_metrics=train_metrics)
+    return _step_outputs(aggregator.next(agg_state, updates, update_weights), finalizer,
+                         fin_state, global_weights, train_metrics)
 
   if stats_type is None:
     @tff.federated_computation(agg_state_type, fin_state_type, weights_type, value_type,
@@ -189,6 +185,15 @@ def build_server_step(aggregator: tff.templates.AggregationProcess,
   return server_step
 
 
+def _step_outputs(aggregated, finalizer, fin_state, global_weights, train_metrics):
+  """The server step's outputs: the aggregator's, then the finalizer's on its result."""
+  finalized = finalizer.next(fin_state, global_weights, aggregated.result)
+  return collections.OrderedDict(
+      aggregator_state=aggregated.state, aggregator_measurements=aggregated.measurements,
+      finalizer_state=finalized.state, new_weights=finalized.result,
+      finalizer_measurements=finalized.measurements, train_metrics=train_metrics)
+
+
 def _presummed_server_step(presummed: PresummedAggregation, agg_state_type, finalizer,
                            fin_state_type, weights_type, stats_type, aggregate_stats,
                            stats_at_server: bool) -> tff.Computation:
@@ -199,12 +204,8 @@ def _presummed_server_step(presummed: PresummedAggregation, agg_state_type, fina
   sums_type = tff.FederatedType(presummed.sums_type, tff.SERVER)
 
   def step(agg_state, fin_state, global_weights, sums, train_metrics):
-    aggregated = presummed.server_next(agg_state, sums)
-    finalized = finalizer.next(fin_state, global_weights, aggregated.result)
-    return collections.OrderedDict(
-        aggregator_state=aggregated.state, aggregator_measurements=aggregated.measurements,
-        finalizer_state=finalized.state, new_weights=finalized.result,
-        finalizer_measurements=finalized.measurements, train_metrics=train_metrics)
+    return _step_outputs(presummed.server_next(agg_state, sums), finalizer, fin_state,
+                         global_weights, train_metrics)
 
   if stats_type is None:
     @tff.federated_computation(agg_state_type, fin_state_type, weights_type, sums_type)
