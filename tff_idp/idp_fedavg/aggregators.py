@@ -361,8 +361,7 @@ class PresummedDPMean:
     value_sum = [np.zeros(spec.shape, spec.dtype.as_numpy_dtype) for spec in leaf_specs]
     unclipped_sum = np.float32(0.0)
     diagnostics = collections.OrderedDict(
-        (name, np.float32(0.0)) for name in ("num_clients", "nonfinite_updates",
-                                              "invalid_clip_scales"))
+        (name, np.float32(0.0)) for name in DIAGNOSTIC_NAMES)
     for start in range(0, len(updates), PRESUMMED_CHUNK_CLIENTS):
       chunk = [tf.nest.flatten(u) for u in updates[start:start + PRESUMMED_CHUNK_CLIENTS]]
       stacked = [np.stack([client[k] for client in chunk]).astype(spec.dtype.as_numpy_dtype)
@@ -392,13 +391,11 @@ def _clip_and_sum_cohort(stacked_leaves, clip_scales, clip):
 
 
 # Un-noised per-round counts (not covered by the DP guarantee).
+DIAGNOSTIC_NAMES = ("num_clients", "nonfinite_updates", "invalid_clip_scales")
 DIAGNOSTICS_TYPE = tff.StructWithPythonType(
-    [("num_clients", np.float32), ("nonfinite_updates", np.float32),
-     ("invalid_clip_scales", np.float32)], collections.OrderedDict)
+    [(name, np.float32) for name in DIAGNOSTIC_NAMES], collections.OrderedDict)
 CANARY_DIAGNOSTICS_TYPE = tff.StructWithPythonType(
-    [("num_clients", np.float32), ("nonfinite_updates", np.float32),
-     ("invalid_clip_scales", np.float32), ("canaries", np.float32)],
-    collections.OrderedDict)
+    [(name, np.float32) for name in (*DIAGNOSTIC_NAMES, "canaries")], collections.OrderedDict)
 
 
 INVALID_WEIGHT_MESSAGE = (
