@@ -438,3 +438,44 @@ def test_release_compiled_computations_empties_tffs_compile_cache(tff_runtime): 
   runtime.release_compiled_computations()
   assert compiler_pipeline.CompilerPipeline.compile.cache_info().currsize == 0
   assert float(total([1.0, 2.0, 4.0])) == 7.0  # compiled again, same answer
+
+
+@pytest.mark.parametrize("stop", ["close", "signal"])
+def test_values_alive_when_the_worker_stops_are_not_disposed_on_it(stop):
+  """Remote values still referenced when the worker stops (Ctrl-C, SIGTERM, close) are
+  garbage-collected later; their finalizers must not call the stopped worker. They did:
+  a CI run's Ctrl-C ended with "Exception ignored in: <finalize object>" and a gRPC
+  "Connection refused" traceback after the "interrupted" line. TFF sends a dispose RPC
+  per 20 values, so 45 values reach it twice.
+  """
+  import asyncio  # pylint: disable=g-import-not-at-top
+  import gc  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.types import placements  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top
+  rt = runtime.ExecutionRuntime(install_signal_handlers=False, worker_allocator="glibc").start()
+  loop = asyncio.new_event_loop()
+  try:
+    executor = rt._factory.create_executor({placements.CLIENTS: 1})  # pylint: disable=protected-access
+    values = [loop.run_until_complete(executor.create_value(np.float32(i),
+                                                            tff.TensorType(np.float32)))
+              for i in range(45)]
+    pid = rt.worker_pid
+    if stop == "signal":
+      with pytest.raises(SystemExit):
+        rt._on_signal(signal.SIGTERM, None)  # pylint: disable=protected-access
+      assert _wait_dead(pid)
+    else:
+      rt.close()
+    reported, previous_hook = [], sys.unraisablehook
+    sys.unraisablehook = reported.append
+    try:
+      del values
+      gc.collect()
+    finally:
+      sys.unraisablehook = previous_hook
+    assert not reported, [repr(r.exc_value)[:300] for r in reported]
+  finally:
+    loop.close()
+    rt.close()

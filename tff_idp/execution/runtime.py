@@ -53,6 +53,7 @@ import sys
 import sysconfig
 import threading
 import time
+import weakref
 from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 import cachetools
@@ -373,6 +374,7 @@ class ExecutionRuntime:
     self._warm_rss_mib: Optional[float] = None
     self._factory = None
     self._standby: Optional[dict] = None  # a replacement worker being started
+    self._local_executors: "weakref.WeakSet" = weakref.WeakSet()  # on the local worker
 
   # ------------------------------------------------------------------ worker
   @property
@@ -435,6 +437,8 @@ class ExecutionRuntime:
 
   def _signal_workers(self) -> None:
     """SIGTERM to the worker and its standby, by PID, if this runtime started them."""
+    if self._process is not None:
+      self._forget_remote_values()
     standby = self._standby
     for proc in (self._process, standby["process"] if standby else None):
       if proc is not None and proc.returncode is None:  # not reaped: still our child's PID
@@ -486,7 +490,25 @@ class ExecutionRuntime:
           f"mid-run{'; see ' + self.log_path if self.log_path else ''}. "
           "Rerun the same command to resume from the last checkpoint.")
 
+  def _forget_remote_values(self) -> None:
+    """Tells the local worker's executors that their values need no disposing.
+
+    Each TFF ``RemoteValue`` has a finalizer (garbage collection in any
+    thread, or interpreter exit) that asks its executor to dispose it on the
+    worker. Once the worker is stopped, that gRPC call is refused, and Python
+    prints "Exception ignored in: <finalize object>" with a gRPC traceback after
+    the run's last line (seen after a Ctrl-C in CI). TFF skips the call for a
+    value whose executor id is no longer the executor's, as after
+    ``RemoteExecutor.close()``; clearing the ids does that with no RPC, so it is
+    safe in a signal handler. Called before the worker is signalled or stopped.
+    """
+    for executor in list(self._local_executors):
+      executor._executor_id = None  # pylint: disable=protected-access
+      executor._dispose_request = None  # pylint: disable=protected-access
+
   def _stop_worker(self, timeout_s: float = 10.0) -> None:
+    if self._process is not None:
+      self._forget_remote_values()
     proc, self._process, self._stub = self._process, None, None
     if proc is not None:
       _terminate(proc, timeout_s)
@@ -495,8 +517,12 @@ class ExecutionRuntime:
       self._log_file = None
 
   # ----------------------------------------------------------------- context
-  def _executor_factory(self, get_stub: Callable[[], object]):
-    """TFF's executor factory over one worker, with the closing LRU cache."""
+  def _executor_factory(self, get_stub: Callable[[], object], local: bool = False):
+    """TFF's executor factory over one worker, with the closing LRU cache.
+
+    ``local``: the worker is this runtime's own, so its executors are remembered
+    for :meth:`_forget_remote_values` when it stops.
+    """
     # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
     from tensorflow_federated.python.core.impl.executors import remote_executor
@@ -507,6 +533,8 @@ class ExecutionRuntime:
       cardinalities.setdefault(placements.CLIENTS, 0)
       ex = remote_executor.RemoteExecutor(get_stub())
       ex.set_cardinalities(cardinalities)
+      if local:
+        self._local_executors.add(ex)
       return ex
 
     factory = python_executor_stacks.ResourceManagingExecutorFactory(stack_fn)
@@ -581,7 +609,7 @@ class ExecutionRuntime:
     # pylint: enable=g-import-not-at-top
     self._start_worker()
     context = sync_execution_context.SyncExecutionContext(
-        executor_fn=self._executor_factory(self._get_stub),
+        executor_fn=self._executor_factory(self._get_stub, local=True),
         compiler_fn=compiler.desugar_and_transform_to_native,
         transform_args=tensorflow_computation.transform_args,
         transform_result=tensorflow_computation.transform_result)
