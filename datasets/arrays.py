@@ -241,6 +241,10 @@ class ArraySplit(loader.SplitViews):
     """ClientData of OrderedDict(x=float32 [*element_shape], y=int32), built lazily."""
     return _client_data(self._x, self._y, self._offsets, self._ids)
 
+  def train_arrays(self) -> "collections.OrderedDict[str, tuple[np.ndarray, np.ndarray]]":
+    """Every client's ``client_arrays``, in ``client_ids`` order (``SplitViews.train_arrays``)."""
+    return collections.OrderedDict((c, self.client_arrays(c)) for c in self._ids)
+
   def test_arrays(self) -> tuple[np.ndarray, np.ndarray]:
     """The centralized test set as (x float32 [n, *element_shape], y int32 [n])."""
     return self._test_x.astype(np.float32), self._test_y.copy()

@@ -55,6 +55,7 @@ dataset's format and every row's label, the partition cannot be.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -106,6 +107,17 @@ class SplitViews:
   def label_names(self) -> tuple[str, ...]:
     return tuple(self.info.label_names)
 
+  def train_arrays(self) -> "collections.OrderedDict[str, tuple[np.ndarray, np.ndarray]]":
+    """Every client's (x float32 [m, *element_shape], y int32 [m]).
+
+    In ``train_client_data().client_ids`` order, each client's records in the
+    order its dataset yields them: the arrays of reading every client of
+    ``train_client_data()`` in turn. Subclasses read them faster.
+    """
+    train = self.train_client_data()
+    return collections.OrderedDict(
+        (c, to_arrays(train.create_tf_dataset_for_client(c))) for c in train.client_ids)
+
   def evaluation_arrays(self) -> tuple[np.ndarray, np.ndarray]:
     """`test_arrays()` for a run that evaluates: refuses a split without test examples.
 
@@ -124,7 +136,6 @@ class SplitViews:
 
   def test_dataset(self):
     """The centralized test set as a `tf.data.Dataset` of OrderedDict(x, y)."""
-    import collections  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     x, y = self.test_arrays()
     return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
@@ -170,6 +181,29 @@ class FederatedSplit(SplitViews):
   def train_client_data(self):
     """ClientData of OrderedDict(x=float32 [*element_shape], y=int32), stored scale."""
     return sql_split.load_client_data(self.train_path, self.info.features)
+
+  def train_arrays(self) -> "collections.OrderedDict[str, tuple[np.ndarray, np.ndarray]]":
+    """Every client's (x float32, y int32), as ``SplitViews.train_arrays``, in one read.
+
+    The same arrays, in the same order (sorted client ids, as TFF's SQL
+    ``ClientData`` lists them; each client's rows in file order), as reading
+    the clients of ``train_client_data()`` one by one, which costs a
+    ``tf.data`` pipeline per client: 71 s against 0.06 s here for a
+    500-client CIFAR-10 split of 600 records on 2 cores.
+    """
+    a = sql_split.read_arrays(self.train_path, self.info.features)
+    x = a["x"].astype(np.float32).reshape((-1,) + tuple(self.info.input_shape))
+    y = a["y"].astype(np.int32)
+    clients = np.asarray(a["client"], dtype=object)
+    order = np.argsort(clients, kind="stable")
+    found, starts, counts = np.unique(clients[order], return_index=True, return_counts=True)
+    rows_of = {str(c): order[lo:lo + n] for c, lo, n in zip(found, starts, counts)}
+    out = collections.OrderedDict()
+    for cid in sorted(sql_split.client_sizes(self.train_path)):   # TFF's client_ids
+      if cid not in rows_of:
+        raise ValueError("the split has a client or test set without examples.")
+      out[cid] = (x[rows_of[cid]], y[rows_of[cid]])
+    return out
 
   def test_arrays(self) -> tuple[np.ndarray, np.ndarray]:
     """The centralized test set as (x float32 [n, *element_shape], y int32 [n])."""
@@ -398,7 +432,6 @@ def apply_client_preprocessing(split, *, local_epochs: Optional[int] = None,
     raise ToolkitValueError("local_epochs needs batch_size (the client batches).")
   train, test = split.train_client_data(), split.test_dataset()
   if rescale:
-    import collections  # pylint: disable=g-import-not-at-top
     factor = split.info.rescale
 
     def scale(e):

@@ -124,23 +124,22 @@ def fmnist_silo(train_examples: int, test_examples: int, seed: int, data_dir,
   Built from local source files when present (never downloaded); a random
   ``train_examples`` of the pooled records form the silo.
   """
-  from datasets import loader  # pylint: disable=g-import-not-at-top
   from datasets import resolution  # pylint: disable=g-import-not-at-top
   from datasets import specs  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   info = specs.info("fmnist")
   # The rPDP-FL CNN expects [0, 1] inputs: rescale the stored pixels here.
-  train, test = resolution.load_federated("fmnist", "iid", num_clients=None, seed=seed,
-                                      data_dir=data_dir, split_dir=split_dir,
-                                      rescale=True, progress=False)
-  parts = [loader.to_arrays(train.create_tf_dataset_for_client(cid)) for cid in train.client_ids]
-  x = np.concatenate([a for a, _ in parts])
+  split = resolution.resolve("fmnist", partition="iid", num_clients=None, seed=seed,
+                             data_dir=data_dir, split_dir=split_dir, progress=False)
+  parts = list(split.train_arrays().values())
+  x = np.concatenate([a for a, _ in parts]) * info.rescale
   y = np.concatenate([b for _, b in parts])
   order = np.random.default_rng(seed).permutation(len(y))
   if train_examples:
     order = order[:train_examples]
   x, y = x[order], y[order]
-  tx, ty = loader.to_arrays(test)
+  tx, ty = split.evaluation_arrays()
+  tx = tx * info.rescale
   if test_examples:
     tx, ty = tx[:test_examples], ty[:test_examples]
   shape = tuple(info.input_shape)

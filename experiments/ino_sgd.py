@@ -211,21 +211,21 @@ def load_data(preset: Preset, train_examples: int, test_examples: int, seed: int
     return Silo(p["x"], p["y"], p["test_x"], p["test_y"],
                 _builder("logistic", (config.num_features,), config.num_classes, 1.0),
                 f"Synthetic IID (pooled, {len(p['y'])} records)")
-  from datasets import loader  # pylint: disable=g-import-not-at-top
   from datasets import resolution  # pylint: disable=g-import-not-at-top
   from datasets import specs  # pylint: disable=g-import-not-at-top
   info = specs.info(preset.dataset)
   mnist_shaped = tuple(info.input_shape)[-1] == 1
-  train, test = resolution.load_federated(preset.dataset, "iid", seed=seed, data_dir=data_dir,
-                                          split_dir=split_dir, rescale=mnist_shaped,
-                                          progress=False)
-  parts = [loader.to_arrays(train.create_tf_dataset_for_client(c)) for c in train.client_ids]
-  x = np.concatenate([a for a, _ in parts])
+  split = resolution.resolve(preset.dataset, partition="iid", seed=seed, data_dir=data_dir,
+                             split_dir=split_dir, progress=False)
+  factor = info.rescale if mnist_shaped else 1.0   # the MNIST CNN expects [0, 1] inputs
+  parts = list(split.train_arrays().values())
+  x = np.concatenate([a for a, _ in parts]) * factor
   y = np.concatenate([b for _, b in parts])
   order = np.random.default_rng(seed).permutation(len(y))
   if train_examples:
     order = order[:train_examples]
-  tx, ty = loader.to_arrays(test)
+  tx, ty = split.evaluation_arrays()
+  tx = tx * factor
   if test_examples:
     tx, ty = tx[:test_examples], ty[:test_examples]
   builder = _builder(preset.model, tuple(info.input_shape), info.num_classes,

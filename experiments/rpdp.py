@@ -216,7 +216,6 @@ def split_federation(dataset: str, partition: str, num_clients: Optional[int], s
   own clients (e.g. your hospitals).
   """
   import datasets as datasets_lib  # pylint: disable=g-import-not-at-top
-  from datasets import loader  # pylint: disable=g-import-not-at-top
   from datasets import specs  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   from tff_idp.rpdp import record_level  # pylint: disable=g-import-not-at-top
@@ -236,15 +235,15 @@ def split_federation(dataset: str, partition: str, num_clients: Optional[int], s
   shape = tuple(info.input_shape)
   # The IDP-FedAvg CNN rescales inside the model; the rPDP-FL CNN expects [0, 1] inputs.
   mnist_shaped = builtin and shape[-1] == 1
-  train = split.train_client_data()
-  ids = list(train.client_ids)
+  by_client = split.train_arrays()
+  ids = list(by_client)
   silos = len(ids) if num_clients is None else num_clients
   if len(ids) < silos:
     raise ValueError(f"the split {dataset} has {len(ids)} clients, fewer than "
                      f"--num_clients={silos}.")
   parts = collections.defaultdict(list)
   for index, cid in enumerate(ids):  # client i goes to silo i mod silos
-    arrays = loader.to_arrays(train.create_tf_dataset_for_client(cid))
+    arrays = by_client.pop(cid)
     if mnist_shaped:
       arrays = (arrays[0] * info.rescale, arrays[1])
     parts[f"silo_{index % silos:02d}" if builtin or silos != len(ids) else cid].append(arrays)

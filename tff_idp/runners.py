@@ -38,7 +38,6 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from tff_idp import array_checks
 from tff_idp import models
 from tff_idp import preferences
 from tff_idp.accounting.owner import plan as owner_plan
@@ -210,10 +209,9 @@ def run_rpdp(split, *, output_dir: str,
   shape, num_classes, rescale = _shape_and_classes(split)
   keras_builder = (model if callable(model) else
                    models.builder_for(shape, num_classes, model, head, rescale))
-  train = split.train_client_data()
-  x, y = {}, {}
-  for cid in train.client_ids:
-    x[cid], y[cid] = array_checks.to_arrays(train.create_tf_dataset_for_client(cid))
+  arrays = split.train_arrays()
+  x = {cid: xy[0] for cid, xy in arrays.items()}
+  y = {cid: xy[1] for cid, xy in arrays.items()}
   records = record_level.RecordFederation(x, y)
   test_x, test_y = split.evaluation_arrays()
   federation = record_runs.Federation(records, test_x, test_y, keras_builder,
@@ -282,9 +280,7 @@ def silo_from_split(split, *, model: Union[str, Callable[[], Any]] = "auto",
   head); the silo's builder takes the init seed.
   """
   shape, num_classes, rescale = _shape_and_classes(split)
-  train = split.train_client_data()
-  parts = [array_checks.to_arrays(train.create_tf_dataset_for_client(c))
-           for c in train.client_ids]
+  parts = list(split.train_arrays().values())
   x = np.concatenate([a for a, _ in parts])
   y = np.concatenate([b for _, b in parts])
   if train_examples:

@@ -236,6 +236,26 @@ def test_fmnist_client_data_has_channel_axis(raw, tmp_path):
   assert sum(1 for _ in test) == sum(len(w[4]) for w in writers)
 
 
+@pytest.mark.parametrize("dataset", ["cifar10", "fmnist"])
+def test_train_arrays_equal_reading_every_client_in_turn(raw, tmp_path, dataset):
+  """``train_arrays()`` (one read of the file) gives exactly the arrays, the client order
+  and each client's record order of the per-client ``tf.data`` reads the runners and
+  experiments used to pool (a per-record budget array follows that order)."""
+  split = resolution.resolve(dataset, partition="iid", num_clients=10 if dataset == "cifar10"
+                             else None, data_dir=raw["dir"], split_dir=str(tmp_path / "s"),
+                             progress=False)
+  fast = split.train_arrays()
+  slow = loader.SplitViews.train_arrays(split)
+  assert list(fast) == list(slow) == split.train_client_data().client_ids
+  assert len(fast) > 1
+  for cid, (x, y) in slow.items():
+    fx, fy = fast[cid]
+    assert fx.dtype == np.float32 and fy.dtype == np.int32
+    assert fx.shape == x.shape and fx.shape[1:] == split.element_shape
+    np.testing.assert_array_equal(fx, x)
+    np.testing.assert_array_equal(fy, y)
+
+
 @pytest.fixture()
 def built(raw, tmp_path):
   _, out = _build(raw, tmp_path, specs.FederationSpec("svhn", num_clients=7))

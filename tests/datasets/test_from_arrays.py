@@ -90,6 +90,10 @@ def test_natural_images_save_and_reopen_by_path(tmp_path):
     got = _client_examples(cd, "hospital_b")
     assert np.array_equal(np.stack([g[0] for g in got]), bx)
     assert [g[1] for g in got] == by.tolist()
+    pooled = opened.train_arrays()   # one read; the same as the in-memory split's
+    assert list(pooled) == list(split.train_arrays()) == split.client_ids
+    for cid, (px, py) in split.train_arrays().items():
+      assert np.array_equal(pooled[cid][0], px) and np.array_equal(pooled[cid][1], py)
     test_x, test_y = opened.test_arrays()
     assert test_x.dtype == np.float32 and np.array_equal(test_x, tx.astype(np.float32))
     assert test_y.dtype == np.int32 and np.array_equal(test_y, ty)
