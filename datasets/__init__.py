@@ -23,7 +23,8 @@ The one resolver the command-line modules call::
 where `dataset` is a built-in name ('fmnist', 'cifar10', 'svhn'),
 'tfds:<name>' (e.g. 'tfds:mnist'), or the path of a split directory. The
 split offers `train_client_data()` (ClientData of OrderedDict(x=float32,
-y=int32)), `test_arrays()`, `test_dataset()`, `num_classes`,
+y=int32)), `train_arrays()` (every client's (x, y) in one read),
+`test_arrays()`, `test_dataset()`, `num_classes`,
 `element_shape`, `feature_spec`, `client_ids`, `num_clients`, `info` and
 `manifest` (see `datasets.loader`).
 

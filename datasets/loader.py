@@ -25,7 +25,8 @@ Anything else is a `ToolkitValueError` listing these choices. It returns a
 `FederatedSplit` (the same object `open_split(directory)` gives; in-memory
 `datasets.arrays.ArraySplit` offers the same interface):
 `train_client_data()` (a `tff.simulation.datasets.ClientData` of
-OrderedDict(x=float32 [*element_shape], y=int32)), `test_arrays()` ((x
+OrderedDict(x=float32 [*element_shape], y=int32)), `train_arrays()` (every
+client's (x, y) numpy arrays, in one read of the file), `test_arrays()` ((x
 float32, y int32)), `test_dataset()`, `num_classes`, `element_shape`,
 `feature_spec`, `client_ids`, `num_clients`, `label_counts()`, `info` and
 `manifest`. Opening checks the manifest and every row of the sqlite files
