@@ -39,8 +39,9 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	# The long form of SAMPLE's property test (200 random settings; make test runs 40).
-	TFF_IDP_PROPERTY_EXAMPLES=200 $(PY) -m pytest -q tests/accounting/client/test_sample.py -k random_settings
+	# The long form of SAMPLE's property tests (200 random settings; make test runs 40).
+	TFF_IDP_PROPERTY_EXAMPLES=200 $(PY) -m pytest -q tests/accounting/client/test_sample.py \
+	  -k 'random_settings or single_group_is_get_noise'
 	$(PY) -m benchmarks.bench_calibration
 	$(PY) -m benchmarks.bench_cohort_variation
 	$(PY) -m benchmarks.bench_dp_step
@@ -60,7 +61,7 @@ bench: $(STAMP)
 # Mutation testing (mutmut 3; setup.cfg [mutmut] lists the modules and their mirrored tests).
 # A fresh run each time; the per-module kill rates and the survivors are printed at the end
 # and again by `make mutation-report`. MUTATION_WORKERS processes test mutants in parallel.
-# SAMPLE's property test runs at MUTATION_PROPERTY_EXAMPLES random settings here (40 in make test).
+# SAMPLE's property tests run at MUTATION_PROPERTY_EXAMPLES random settings here (40 in make test).
 MUTATION_WORKERS ?= 2
 MUTATION_PROPERTY_EXAMPLES ?= 10
 MUTATION_STAMP := $(VENV)/.mutation-installed

@@ -355,9 +355,10 @@ def settings_strategy(draw):
   return eps, sizes, delta, rounds, c
 
 
-# 40 derandomized settings in `make test` (about a minute of this module's
-# time), the long form's 200 in `make bench` (issue 32: the 200 took 9.5 min
-# of a loaded machine): TFF_IDP_PROPERTY_EXAMPLES sets the number.
+# The two property tests below: 40 derandomized settings each in `make test`
+# (about a minute of this module's time), the long form's 200 in `make bench`
+# (issue 32: the 200 took 9.5 min of a loaded machine), 10 under `make
+# mutation`: TFF_IDP_PROPERTY_EXAMPLES sets the number.
 PROPERTY_EXAMPLES = int(os.environ.get("TFF_IDP_PROPERTY_EXAMPLES", "40"))
 
 
@@ -418,7 +419,7 @@ def test_single_group_regression_high_epsilon_low_sigma():
                              delta) <= eps
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@settings(max_examples=PROPERTY_EXAMPLES, deadline=None, derandomize=True, database=None)
 @given(eps=st.floats(0.3, 20.0), size=st.integers(1, 5000),
        c_frac=st.floats(1e-3, 1.0), rounds=st.integers(1, 500),
        log_delta=st.floats(-7.0, -2.0))
