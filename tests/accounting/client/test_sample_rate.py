@@ -163,22 +163,30 @@ def test_search_noise_limits():
   """σ* below MIN_NOISE_MULTIPLIER stops at a feasible σ <= 2·MIN (no endless halving);
   σ* above MAX_NOISE_MULTIPLIER is refused by name. Bugs caught: either limit moved,
   dropped or compared the wrong way; a loose default tolerance; an edge exactly on the
-  doubling lattice taken as infeasible (``<`` for ``<=``: an invalid bracket, refused)."""
+  doubling lattice taken as infeasible (``<`` for ``<=``: an invalid bracket, refused);
+  σ* in (512, 1000] refused (the doubling jumped from 512 to 1024), or σ* in (1000, 1024]
+  accepted."""
   q, rounds = 0.1, 50
   tiny = sample_rate.MIN_NOISE_MULTIPLIER / 4
   sigma = sample_rate.search_noise(q * rounds / tiny, 1e-5, q, rounds, linear_eps)
   assert tiny <= sigma <= 2 * sample_rate.MIN_NOISE_MULTIPLIER
-  huge = sample_rate.MAX_NOISE_MULTIPLIER * 1.5
-  with pytest.raises(sample_rate.InfeasibleBudgetError, match="noise multiplier above 1000"):
-    sample_rate.search_noise(q * rounds / huge, 1e-5, q, rounds, linear_eps)
+  for huge in (sample_rate.MAX_NOISE_MULTIPLIER * 1.01, sample_rate.MAX_NOISE_MULTIPLIER * 1.5):
+    with pytest.raises(sample_rate.InfeasibleBudgetError, match="noise multiplier above 1000"):
+      sample_rate.search_noise(q * rounds / huge, 1e-5, q, rounds, linear_eps)
   # An edge on the doubling lattice (σ* = 0.5, ε(t = 2) == ε exactly) is feasible.
   assert sample_rate.search_noise(2.0, 1e-5, 0.25, 4, linear_eps) == 0.5
   # The default tolerance is tight (1e-7), not "anywhere in the bracket".
   sigma = sample_rate.search_noise(q * rounds / 3.0, 1e-5, q, rounds, linear_eps)
   assert sigma == pytest.approx(3.0, rel=1e-6)
-  ok = sample_rate.MAX_NOISE_MULTIPLIER * 0.4  # (the bracket doubles σ: refusals start at 512)
-  sigma = sample_rate.search_noise(q * rounds / ok, 1e-5, q, rounds, linear_eps, rtol=1e-9)
-  assert sigma == pytest.approx(ok, rel=1e-8)
+  # Every σ* up to the limit itself is found: the doubling's last step is σ = 1000, not 1024
+  # (σ* in (512, 1000] was refused as "above 1000").
+  for ok in (sample_rate.MAX_NOISE_MULTIPLIER * 0.4, 700.0, sample_rate.MAX_NOISE_MULTIPLIER):
+    sigma = sample_rate.search_noise(q * rounds / ok, 1e-5, q, rounds, linear_eps, rtol=1e-9)
+    assert sigma == pytest.approx(ok, rel=1e-8)
+  # Through the exact accountant: ε = 0.005 at q = 1 needs σ ≈ 540, inside the limit.
+  sigma = sample_rate.get_noise(0.005, 1e-5, 1.0, 1)
+  assert 512 < sigma < sample_rate.MAX_NOISE_MULTIPLIER
+  assert fresh_epsilon(1.0, sigma, 1, 1e-5) <= 0.005
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])

@@ -255,16 +255,21 @@ def get_sample_rate(epsilon: float, delta: float, sigma: float, rounds: int,
 
 def search_noise(epsilon: float, delta: float, q: float, rounds: int,
                   eps_fn: EpsilonFn, rtol: float = 1e-7) -> float:
-  """Smallest σ (to tolerance) with eps_fn(q, σ) <= ε (no exact verification)."""
+  """Smallest σ (to tolerance) with eps_fn(q, σ) <= ε (no exact verification).
+
+  Doubles σ from 1 until it is feasible, with ``MAX_NOISE_MULTIPLIER`` itself as
+  the last step (σ = 1000 is tried; the doubling alone jumped from 512 to 1024
+  and refused budgets that σ in (512, 1000] meets).
+  """
   g = lambda t: eps_fn(q, 1.0 / t, rounds, delta)  # increasing in t = 1/σ
   t_lo = 1.0
   while g(t_lo) > epsilon:
-    t_lo /= 2.0
-    if 1.0 / t_lo > MAX_NOISE_MULTIPLIER:
+    if t_lo <= 1.0 / MAX_NOISE_MULTIPLIER:  # σ = 1000 tried and infeasible
       raise InfeasibleBudgetError(
           f"ε={epsilon} at δ={delta} over {rounds} rounds with sampling rate "
           f"q={q:.4g} would need a noise multiplier above {MAX_NOISE_MULTIPLIER:g}; "
           "raise ε, lower the rounds or the clients per round.")
+    t_lo = max(t_lo / 2.0, 1.0 / MAX_NOISE_MULTIPLIER)
   t_hi = 2.0 * t_lo
   while g(t_hi) <= epsilon:
     t_lo = t_hi
