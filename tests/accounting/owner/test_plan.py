@@ -1,4 +1,5 @@
 """Owner-level SAMPLE / SCALE plans (INO-SGD's IDP-SGD baseline), checked with dp-accounting."""
+import json
 import math
 
 import numpy as np
@@ -67,6 +68,10 @@ def test_record_views_and_dict():
                              [plan.clip_thresholds[o] for o in owners], rtol=1e-6)
   d = plan.to_dict()
   assert d["expected_batch"] == pytest.approx(4)
+  # A non-private owner's ε = inf sits inside a list: to_dict is strict JSON at any depth.
+  free = owner_plan.plan_owners([0.5, math.inf], [100, 10], DELTA, 50, 20).to_dict()
+  assert free["target_epsilons"] == [0.5, None]
+  json.dumps(free, allow_nan=False)
 
 
 def test_verify_refuses_an_over_budget_plan():

@@ -85,8 +85,18 @@ class OwnerPlan:
     d = dataclasses.asdict(self)
     d.update(noise_std=self.noise_std, expected_batch=self.expected_batch,
              effective_noise_multipliers=list(self.effective_noise_multipliers))
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in d.items()}
+    return _finite_or_none(d)
+
+
+def _finite_or_none(value):
+  """``value`` with every non-finite float, at any depth, as None (strict JSON)."""
+  if isinstance(value, float):
+    return value if math.isfinite(value) else None
+  if isinstance(value, (list, tuple)):
+    return [_finite_or_none(v) for v in value]
+  if isinstance(value, dict):
+    return {k: _finite_or_none(v) for k, v in value.items()}
+  return value
 
 
 def owner_epsilon(rate: float, effective_noise_multiplier: float, steps: int,
