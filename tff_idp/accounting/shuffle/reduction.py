@@ -102,9 +102,12 @@ def poisson_binomial_count(probs, tail: float = DEFAULT_TAIL,
   """C = Σ_j Bern(p_j), independent: exact pmf by the O(n·width) recursion.
 
   pmf_{j}(k) = (1−p_j) pmf_{j−1}(k) + p_j pmf_{j−1}(k−1) — all terms are
-  non-negative, so there is no cancellation. Every ``trim_every`` steps the
-  tails below tail·trim_every/(2n) are dropped and their mass recorded in
-  ``tail_mass`` (≤ ``tail`` in total). The live window is ~mean ± 40 sd, so
+  non-negative, so there is no cancellation. Every ``trim_every`` steps, and
+  once at the end, each tail below tol = tail·trim_every/(2n) is dropped:
+  at most n/trim_every + 1 trims of ≤ 2·tol, so ≤ tail·(1 + trim_every/n) in
+  total (more only when a trim keeps just the mode). The dropped mass is
+  recorded in ``tail_mass`` and ``hockey_stick`` adds it to δ, so δ stays an
+  upper bound whatever was dropped. The live window is ~mean ± 40 sd, so
   n = 10⁴ takes about 0.1 s and n = 10⁵ a few seconds.
   """
   p = np.asarray(probs, dtype=np.float64).ravel()
