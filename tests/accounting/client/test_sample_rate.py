@@ -169,7 +169,8 @@ def test_search_noise_limits():
   q, rounds = 0.1, 50
   tiny = sample_rate.MIN_NOISE_MULTIPLIER / 4
   sigma = sample_rate.search_noise(q * rounds / tiny, 1e-5, q, rounds, linear_eps)
-  assert tiny <= sigma <= 2 * sample_rate.MIN_NOISE_MULTIPLIER
+  # It stops on the first power-of-two σ below which the next halving passes MIN.
+  assert sample_rate.MIN_NOISE_MULTIPLIER <= sigma < 2 * sample_rate.MIN_NOISE_MULTIPLIER
   for huge in (sample_rate.MAX_NOISE_MULTIPLIER * 1.01, sample_rate.MAX_NOISE_MULTIPLIER * 1.5):
     with pytest.raises(sample_rate.InfeasibleBudgetError, match="noise multiplier above 1000"):
       sample_rate.search_noise(q * rounds / huge, 1e-5, q, rounds, linear_eps)
@@ -469,3 +470,49 @@ def test_tighten_noise_stops_at_the_smallest_noise_and_returns_the_verified_sigm
                       lambda q, s, r, d, acc="rdp", **k: 0.0 if s >= 49.0 else 5.0)
   assert 1.0 / (1.0 / 49.0) != 49.0
   assert sample_rate._tighten_noise(49.0, 1.0, 0.1, 10, 1e-5, "rdp") == 49.0
+
+
+def test_get_sample_rate_never_exceeds_max_rate():
+  """A budget that holds well above ``max_rate`` gives exactly ``max_rate`` (Alg. 1's cap,
+  e.g. SAMPLE's cap for the ε = ∞ groups), never more. Bugs caught: the cap left out of
+  the main search or of the exact stage (which then keeps or raises a rate above it)."""
+  for cap in (0.05, 0.3):
+    q = sample_rate.get_sample_rate(8.0, 1e-5, 2.0, 10, max_rate=cap)
+    assert q == cap
+    assert fresh_epsilon(q, 2.0, 10, 1e-5) <= 8.0
+
+
+def test_tighten_rate_lowers_a_rate_far_above_the_edge_into_the_budget():
+  """A proposed q = 1, hundreds of times the budget edge, is lowered (the shrink factor
+  grows to halving) into the budget, then raised back to the edge a fresh accountant
+  finds. Bug caught: the shrink factor capped above 1, which makes q zero or negative."""
+  target, sigma, rounds, delta = 1.0, 0.84, 420, 1e-4
+  q, eps = sample_rate.tighten_rate(1.0, target, sigma, rounds, delta, "rdp")
+  assert 0.0 < q < 0.01
+  assert fresh_epsilon(q, sigma, rounds, delta) <= target
+  assert fresh_epsilon(q * 1.01, sigma, rounds, delta) > target
+
+
+def test_tighten_rate_raises_with_the_runs_own_accountant():
+  """With PLD, the raise to the edge runs on PLD too: the returned ε is a fresh PLD
+  accountant's at the returned q, and 1% more q is over budget under PLD. Bug caught: the
+  raise evaluated with the default RDP accountant (a looser edge, and an RDP ε reported
+  as if it were the PLD one)."""
+  target, sigma, rounds, delta = 1.0, 0.84, 420, 1e-4
+  edge, _ = sample_rate.tighten_rate(1e-3, target, sigma, rounds, delta, "pld")
+  q, eps = sample_rate.tighten_rate(edge * 0.9, target, sigma, rounds, delta, "pld")
+  assert eps == pytest.approx(fresh_pld_epsilon(q, sigma, rounds, delta), rel=1e-9)
+  assert eps <= target
+  assert fresh_pld_epsilon(q * 1.01, sigma, rounds, delta) > target
+  assert q > edge * 0.99
+
+
+def test_raise_while_feasible_from_a_point_at_exactly_the_budget():
+  """A start whose ε is exactly the budget (allowed: ``eps_x <= target``) still moves up a
+  plateau of that ε: the expansion factor is at least 1 + 10·rtol, never 1. Bug caught: a
+  floor of 1 − 10·rtol, which leaves the factor at 1 and the search stuck on one point."""
+  def eps_at(y):
+    return 1.0 if y < 0.6 else 5.0
+
+  x, eps = sample_rate._raise_while_feasible(eps_at, 0.3, 1.0, 1.0, 1.0, 1e-6)
+  assert eps == 1.0 and 0.45 < x < 0.6   # (ε equals the budget all along: f_rtol stops it)
