@@ -87,15 +87,20 @@ def test_cohort_larger_than_population():
     scale.get_group_clip_scales([1.0, 2.0], [10, 10], 1e-5, 10, 21)
 
 
-@pytest.mark.parametrize("shortfall", [1e-12, 1e-3, 0.05])
-def test_a_slightly_under_noised_sigma_is_shaved_in_few_accountant_calls(monkeypatch, shortfall):
+@pytest.mark.parametrize("shortfall,accountant", [(1e-12, "rdp"), (1e-3, "rdp"),
+                                                  (0.05, "rdp"), (0.9, "rdp")])
+def test_a_slightly_under_noised_sigma_is_shaved_in_few_accountant_calls(monkeypatch, shortfall,
+                                                                         accountant):
   """A σ_p slightly too small is corrected by a bounded search, never spun on (issue 32).
 
   ``get_noise`` is made to return σ_p·(1 − shortfall), so z/s_p starts over
   budget. Property: the calibration still meets every budget (recomputed
-  with dp-accounting) within 35 exact accountant calls per group. Bug caught: shaving
-  the scale by a fixed 1 − 1e-9 per call, which needs ~10^6 calls (minutes)
-  for a 0.1% shortfall.
+  with dp-accounting, with the calibration's accountant) within 35 exact accountant
+  calls per group, and the shaved noise is tight: within 3·shortfall of the noise
+  the real σ_p gives. Bugs caught: shaving the scale by a fixed 1 − 1e-9 per call,
+  which needs ~10^6 calls (minutes) for a 0.1% shortfall; the scale *set* to
+  1 − step instead of multiplied (far below the edge, or no verified scale at all);
+  a step allowed past 1 (a negative scale).
   """
   real_get_noise = scale.sample.get_noise
   calls = [0]
@@ -118,9 +123,14 @@ def test_a_slightly_under_noised_sigma_is_shaved_in_few_accountant_calls(monkeyp
     return real_epsilon(*args, **kwargs)
 
   monkeypatch.setattr(scale.exact, "epsilon", counted)
-  cal = scale.get_group_clip_scales([1.0, 2.0, 3.0], [400, 300, 300], 1e-4, 100, 20.0)
-  for e, s in zip([1.0, 2.0, 3.0], cal.clip_scales):
-    assert dp_epsilon(cal.sampling_rate, cal.noise_multiplier / s, 100, 1e-4) <= e
+  cal = scale.get_group_clip_scales([1.0, 2.0, 3.0], [400, 300, 300], 1e-4, 100, 20.0,
+                                    accountant)
+  for e, s, a in zip([1.0, 2.0, 3.0], cal.clip_scales, cal.achieved_epsilons):
+    fresh = dp_epsilon(cal.sampling_rate, cal.noise_multiplier / s, 100, 1e-4, accountant)
+    assert fresh <= e
+    assert a == pytest.approx(fresh, rel=1e-6)
+    real_sigma = real_get_noise(e, 1e-4, cal.sampling_rate, 100, accountant)
+    assert cal.noise_multiplier / s <= real_sigma * (1 + 3 * shortfall) + 1e-9
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
@@ -205,3 +215,49 @@ def test_a_scale_at_exactly_the_budget_is_kept(monkeypatch):
   returned as is. Bug caught: ``<`` for ``<=`` (the scale shaved 60 times, then refused)."""
   monkeypatch.setattr(scale.exact, "epsilon", lambda *a, **k: 1.5)
   assert scale._verified_scale(0.7, 1.5, 1.2, 0.01, 10, 1e-5, "rdp") == (0.7, 1.5)
+
+
+def test_a_one_client_group_counts_like_any_other(monkeypatch):
+  """SCALE (IDP-FedAvg Sec. IV): z is the smallest σ_p over every non-empty finite group,
+  a group of one client included; with no finite budget every non-empty group, one client
+  included, is reported at ε = ∞; the calibration names the accountant it used.
+  Bugs caught: ``n > 1`` for ``n > 0`` in either place; the accountant dropped from the
+  result."""
+  delta, rounds, c = 1e-5, 20, 10.0
+  cal = scale.get_group_clip_scales([1.0, 8.0], [99, 1], delta, rounds, c)
+  assert cal.noise_multiplier == scale.sample.get_noise(8.0, delta, c / 100, rounds)
+  assert cal.clip_scales[1] == 1.0 and cal.clip_scales[0] < 1.0
+  assert cal.accountant == "rdp"
+  free = scale.get_group_clip_scales([math.inf, math.inf], [9, 1], delta, rounds, c, "pld")
+  assert free.noise_multiplier == 0.0 and free.achieved_epsilons == (math.inf, math.inf)
+  assert free.accountant == "pld"
+
+
+def test_a_shared_noise_of_exactly_one_is_verified_and_reported(monkeypatch):
+  """z = 1.0 is an ordinary noise level: every group's scale is verified and its ε
+  reported (here with getNoise stubbed to give σ = 1 for the relaxed group). Bug caught:
+  the "no noise" shortcut keyed on z == 1 instead of z == 0 (every group reported at
+  ε = 0, its scale unverified)."""
+  delta, rounds, c = 1e-5, 20, 10.0
+  stub = {1.0: 2.0, 4.0: 1.0}
+  monkeypatch.setattr(scale.sample, "get_noise", lambda e, *a, **k: stub[e])
+  cal = scale.get_group_clip_scales([1.0, 4.0], [50, 50], delta, rounds, c)
+  assert cal.noise_multiplier == 1.0
+  for e, s, a in zip([1.0, 4.0], cal.clip_scales, cal.achieved_epsilons):
+    fresh = dp_epsilon(cal.sampling_rate, 1.0 / s, rounds, delta)
+    assert a == pytest.approx(fresh, rel=1e-6) and 0.0 < a <= e
+
+
+def test_shaving_verifies_with_the_runs_accountant():
+  """A PLD calibration's shaved scale is verified, and its ε reported, by PLD: from a scale
+  1% over the PLD edge, the result meets the budget under a fresh PLD accountant and
+  reports that accountant's ε. Bug caught: the shaving loop evaluating with the default
+  RDP accountant (looser: the scale is shaved too far, and an RDP ε reported as PLD's)."""
+  q, rounds, delta, target, z = 1.0, 1, 1e-5, 2.0, 1.0
+  sigma = scale.sample.get_noise(target, delta, q, rounds, "pld")
+  start = (z / sigma) * 1.01
+  s, eps = scale._verified_scale(start, target, z, q, rounds, delta, "pld")
+  fresh = dp_epsilon(q, z / s, rounds, delta, "pld")
+  assert s < start and fresh <= target
+  assert eps == pytest.approx(fresh, rel=1e-6)
+  assert s >= (z / sigma) * 0.99
