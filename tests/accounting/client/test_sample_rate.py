@@ -516,3 +516,11 @@ def test_raise_while_feasible_from_a_point_at_exactly_the_budget():
 
   x, eps = sample_rate._raise_while_feasible(eps_at, 0.3, 1.0, 1.0, 1.0, 1e-6)
   assert eps == 1.0 and 0.45 < x < 0.6   # (ε equals the budget all along: f_rtol stops it)
+
+
+def test_tighten_rate_caps_at_one_by_default():
+  """Without ``max_rate`` the cap is 1 (a rate is a probability): a budget that holds at
+  q = 1 gives exactly 1. Bug caught: a default cap of 2, whose search brackets past 1 (where
+  the accountant refuses) and ends just below 1."""
+  q, eps = sample_rate.tighten_rate(0.3, 50.0, 2.0, 5, 1e-5, "rdp")
+  assert q == 1.0 and eps == pytest.approx(fresh_epsilon(1.0, 2.0, 5, 1e-5), rel=1e-9)
