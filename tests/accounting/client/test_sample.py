@@ -563,3 +563,27 @@ def test_alg1_refuses_a_calibration_its_verifier_finds_over_budget(monkeypatch, 
   monkeypatch.setattr(sample.sample_rate, "tighten_rate", over_budget)
   with pytest.raises(RuntimeError, match="over-budget"):
     sample.get_group_sampling_rates([1.0, 2.0], [500, 500], 1e-4, 100, 20.0)
+
+
+def test_lenient_rates_count_an_infeasible_group_as_zero_and_skip_empty_ones():
+  """Alg. 1's σ bracketing asks for every group's rate at trial σ's (``rates_at``,
+  lenient). There a group that would need q < 1e-9 counts as 0 clients, and an empty
+  group is skipped; outside bracketing (strict, the default) the same group is an
+  InfeasibleBudgetError, and an empty group gets the rate one of its clients would have.
+  Bugs caught: lenient by default (an infeasible budget silently dropped), the
+  infeasible group counted as None/NaN or as rate 1, the error raised while bracketing
+  (and swallowed afterwards), empty groups searched while bracketing or skipped after.
+  """
+  problem = sample._check_problem([0.05, 8.0, 0.5], [100, 900, 0], 1e-5, 1000, 200, "rdp",
+                                  1.0)
+  rates = problem.rates_at("rdp_int")
+  lenient = rates(0.3, lenient=True)
+  assert lenient[0] == 0.0 and 0.0 < lenient[1] < 1.0 and lenient[2] == 1.0
+  assert problem.cohort(lenient) == pytest.approx(900 * lenient[1], rel=1e-12)
+  with pytest.raises(InfeasibleBudgetError):
+    rates(0.3)
+  strict = rates(0.5)
+  alone = sample_rate.search_sample_rate(
+      0.5, 1e-5, 0.5, 1000, sample_rate.search_epsilon_fn("rdp_int"), 1.0, None,
+      sample_rate.SEARCH_RTOL["rdp_int"])
+  assert strict[2] == alone and 0.0 < alone < 1e-6
