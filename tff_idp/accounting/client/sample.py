@@ -23,6 +23,7 @@ import numpy as np
 from scipy import optimize
 
 from tff_idp.accounting import exact
+from tff_idp.accounting import strict_json
 from tff_idp.accounting import validation
 from tff_idp.accounting.client import sample_rate
 from tff_idp.accounting.client.sample_rate import InfeasibleBudgetError  # noqa: F401  (re-exported)
@@ -39,16 +40,6 @@ _SKIP_RTOL = 2e-3
 _SIGMA_XTOL = {"rdp_int": 1e-6, "rdp": 1e-4, "pld": 2e-4}
 
 RatesAt = Callable[..., np.ndarray]
-
-
-def _finite_or_none(value):
-  if isinstance(value, dict):
-    return {k: _finite_or_none(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_finite_or_none(v) for v in value]
-  if isinstance(value, float) and not math.isfinite(value):
-    return None
-  return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +71,7 @@ class GroupCalibration:
 
   def to_json(self) -> str:
     """Strict JSON: infinite budgets and ε are written as null."""
-    return json.dumps(_finite_or_none(self.to_dict()), indent=2, allow_nan=False)
+    return json.dumps(strict_json.finite_or_none(self.to_dict()), indent=2, allow_nan=False)
 
 
 @dataclasses.dataclass

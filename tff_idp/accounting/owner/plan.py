@@ -32,6 +32,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from tff_idp.accounting import exact
+from tff_idp.accounting import strict_json
 from tff_idp.accounting.client import sample
 from tff_idp.accounting.client import scale
 from tff_idp.accounting import validation
@@ -85,18 +86,7 @@ class OwnerPlan:
     d = dataclasses.asdict(self)
     d.update(noise_std=self.noise_std, expected_batch=self.expected_batch,
              effective_noise_multipliers=list(self.effective_noise_multipliers))
-    return _finite_or_none(d)
-
-
-def _finite_or_none(value):
-  """``value`` with every non-finite float, at any depth, as None (strict JSON)."""
-  if isinstance(value, float):
-    return value if math.isfinite(value) else None
-  if isinstance(value, (list, tuple)):
-    return [_finite_or_none(v) for v in value]
-  if isinstance(value, dict):
-    return {k: _finite_or_none(v) for k, v in value.items()}
-  return value
+    return strict_json.finite_or_none(d)
 
 
 def owner_epsilon(rate: float, effective_noise_multiplier: float, steps: int,
