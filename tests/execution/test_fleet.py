@@ -284,11 +284,18 @@ def test_rpdp_on_three_workers_equals_one_worker(shared_fleet, tmp_path):
                          _metrics(tmp_path / "fleet" / "ours" / "seed0" / name))
 
 
-def _reference_metrics(args, tmp_path) -> list:
-  """metrics.csv of the same run, uninterrupted, on one local worker."""
-  reference = _run("experiments.idp_fedavg", [*args, f"--output_dir={tmp_path / 'ref'}"])
+# The killed-worker and retry tests run this one IDP run; its uninterrupted metrics on one
+# local worker are their shared reference (one run instead of one per test, ~15 s).
+FAULT_ARGS = [*IDP_ARGS, "--runs=idp", "--rounds=8"]
+
+
+@pytest.fixture(scope="module")
+def reference_metrics(tmp_path_factory) -> list:
+  """metrics.csv of ``FAULT_ARGS`` run uninterrupted on one local worker."""
+  out = tmp_path_factory.mktemp("reference")
+  reference = _run("experiments.idp_fedavg", [*FAULT_ARGS, f"--output_dir={out}"])
   assert reference.returncode == 0, reference.stderr[-3000:]
-  return _metrics(tmp_path / "ref" / "34-43-23" / "seed0" / "metrics.csv")
+  return _metrics(out / "34-43-23" / "seed0" / "metrics.csv")
 
 
 def _run_until_killed(args, victim: Worker, metrics_path, rows=2, kill=None):
@@ -314,12 +321,11 @@ def _run_until_killed(args, victim: Worker, metrics_path, rows=2, kill=None):
 
 
 @pytest.mark.slow
-def test_killed_worker_fails_the_round_by_name_and_a_rerun_resumes(workers, tmp_path):
-  args = [*IDP_ARGS, "--runs=idp", "--rounds=8"]
-  reference = _reference_metrics(args, tmp_path)
+def test_killed_worker_fails_the_round_by_name_and_a_rerun_resumes(workers, tmp_path,
+                                                                    reference_metrics):
   pair = workers(2)
   out_dir = tmp_path / "fleet"
-  fleet_args = [*args, f"--workers={','.join(w.address for w in pair)}",
+  fleet_args = [*FAULT_ARGS, f"--workers={','.join(w.address for w in pair)}",
                 f"--output_dir={out_dir}"]
   metrics = out_dir / "34-43-23" / "seed0" / "metrics.csv"
   code, _, err = _run_until_killed(fleet_args, pair[1], metrics)
@@ -332,7 +338,7 @@ def test_killed_worker_fails_the_round_by_name_and_a_rerun_resumes(workers, tmp_
   workers(1, pair[1].port)  # the replacement, at the same address
   resumed = _run("experiments.idp_fedavg", fleet_args)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  _assert_same_metrics(reference, _metrics(metrics))
+  _assert_same_metrics(reference_metrics, _metrics(metrics))
 
 
 @pytest.mark.slow
@@ -373,17 +379,17 @@ def test_fleet_loops_are_quiet_about_tasks_once_the_fleet_is_stopping():
 
 
 @pytest.mark.slow
-def test_worker_retries_finish_the_run_on_the_workers_left(workers, tmp_path):
-  args = [*IDP_ARGS, "--runs=idp", "--rounds=6"]
-  reference = _reference_metrics(args, tmp_path)
+def test_worker_retries_finish_the_run_on_the_workers_left(workers, tmp_path,
+                                                           reference_metrics):
   pair = workers(2)
   out_dir = tmp_path / "fleet"
   code, _, err = _run_until_killed(
-      [*args, f"--workers={','.join(w.address for w in pair)}", "--worker_retries=1",
+      [*FAULT_ARGS, f"--workers={','.join(w.address for w in pair)}", "--worker_retries=1",
        f"--output_dir={out_dir}"], pair[0], out_dir / "34-43-23" / "seed0" / "metrics.csv")
   assert code == 0, err[-3000:]
   assert f"worker {pair[0].address} failed" in err and "retrying" in err, err[-3000:]
-  _assert_same_metrics(reference, _metrics(out_dir / "34-43-23" / "seed0" / "metrics.csv"))
+  _assert_same_metrics(reference_metrics,
+                       _metrics(out_dir / "34-43-23" / "seed0" / "metrics.csv"))
 
 
 def test_worker_that_stops_answering_hits_the_deadline(workers):
