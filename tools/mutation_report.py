@@ -73,9 +73,26 @@ _MESSAGE_LINE = re.compile(
     r"|^\s*(rf|fr|f|r)?(\"[^\"]*\"|'[^']*')\s*[,)]*\s*(\)\s*)*$")
 
 
+# A ``message=`` keyword's string literal (TF assertions: ``tf.debugging.assert_*(x, y,
+# message="...")``): a mutant whose removed and added lines differ only there changes the
+# error's text, not the check.
+_MESSAGE_KEYWORD = re.compile(r"""message=(rf|fr|f|r)?("[^"]*"|'[^']*')""")
+
+
+def _without_message_keyword(line: str) -> str:
+  return _MESSAGE_KEYWORD.sub("message=_", line)
+
+
 def is_message_only(diff: str) -> bool:
-  removed = [l[1:] for l in diff.splitlines() if l.startswith("-") and not l.startswith("---")]
-  return bool(removed) and all(_MESSAGE_LINE.search(l) for l in removed)
+  lines = diff.splitlines()
+  removed = [l[1:] for l in lines if l.startswith("-") and not l.startswith("---")]
+  added = [l[1:] for l in lines if l.startswith("+") and not l.startswith("+++")]
+  if not removed:
+    return False
+  if all(_MESSAGE_LINE.search(l) for l in removed):
+    return True
+  return ([_without_message_keyword(l) for l in removed]
+          == [_without_message_keyword(l) for l in added])
 
 
 def _diff(name: str, path: str) -> str:

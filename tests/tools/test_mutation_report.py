@@ -1,0 +1,33 @@
+"""tools/mutation_report.py: which mutants count as message-only (set aside, not killed)."""
+import importlib.util
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location(
+    "mutation_report", os.path.join(ROOT, "tools", "mutation_report.py"))
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+
+def _diff(removed: str, added: str) -> str:
+  return f"--- a\n+++ b\n-{removed}\n+{added}\n"
+
+
+def test_raise_and_string_continuation_lines_are_messages():
+  assert report.is_message_only(_diff('    raise ValueError("x must be > 0")',
+                                      '    raise ValueError("XXx must be > 0XX")'))
+  assert report.is_message_only(_diff('      "so the noise is too small.")',
+                                      '      "XXso the noise is too small.XX")'))
+
+
+def test_a_tf_assertion_message_keyword_is_a_message_but_its_operands_are_not():
+  line = '        weights, 0.0, message="example weights must lie in [0, 1]"),'
+  assert report.is_message_only(_diff(line, line.replace('message="', 'message="XX')))
+  assert report.is_message_only(_diff(
+      "    message=\"a record's clip threshold is too large\"",
+      "    message=\"A RECORD'S CLIP THRESHOLD IS TOO LARGE\""))
+  # The checked bound changed, the message kept: a behaviour change.
+  assert not report.is_message_only(_diff(line, line.replace("0.0", "1.0")))
+  assert not report.is_message_only(_diff(line, line.replace("weights, ", "")))
+  assert not report.is_message_only(_diff("    return tf.constant(x, tf.float32)",
+                                          "    return tf.constant(x, None)"))
