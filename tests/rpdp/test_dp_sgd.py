@@ -77,7 +77,11 @@ def test_clipped_sum_matches_hand_loop(name, force_generic, clip):
     assert np.all(norms.numpy() > clip)
 
 
-def test_example_weights_scale_clipped_gradients():
+@pytest.mark.parametrize("force_generic", [False, True])
+def test_example_weights_scale_clipped_gradients(force_generic):
+  """Property: Σ_j w_j·clip(g_j) on both paths. Bug caught: the generic path dropping
+  ``example_weight_fn`` (INO-SGD's importance weights silently ignored on models the
+  layer-wise path does not support)."""
   model = _model(*CASES["logreg"])
   rng = np.random.default_rng(1)
   x = rng.normal(size=(5, 6)).astype(np.float32)
@@ -85,7 +89,8 @@ def test_example_weights_scale_clipped_gradients():
   w = np.array([0.0, 0.25, 0.5, 1.0, 0.75], np.float32)
   sums, _, _ = dp_sgd.clipped_gradient_sum(
       model, tf.constant(x), tf.constant(y), 0.3, dp_sgd.sparse_categorical_crossentropy,
-      example_weight_fn=lambda losses, thresholds: tf.constant(w))
+      example_weight_fn=lambda losses, thresholds: tf.constant(w),
+      force_generic=force_generic)
   for got, want in zip(sums, _hand_clipped_sum(model, x, y, 0.3, w)):
     np.testing.assert_allclose(got.numpy(), want, rtol=2e-4, atol=1e-6)
 
@@ -464,6 +469,69 @@ def test_replaced_records_add_their_vector_and_nothing_else():
   assert 0 < int(np.sum(norms > clip)) < 3  # the real records: some clipped, some not
 
 
+@pytest.mark.parametrize("force_generic", [False, True])
+def test_clipped_sum_applies_a_replacement_on_both_paths(force_generic):
+  """Property: with a replacement, the replaced examples' own clipped gradients leave
+  the sum and their vectors enter it, on the layer-wise and on the generic path alike.
+  Bug caught: the generic path (every model the layer-wise path does not support, e.g.
+  with LayerNormalization) dropping the replacement, so an audit's canaries would add
+  their own gradients instead of L·u."""
+  model = _model(*CASES["logreg"])
+  rng = np.random.default_rng(13)
+  x = rng.normal(size=(5, 6)).astype(np.float32)
+  y = rng.integers(0, 3, 5).astype(np.int32)
+  index = tf.constant([-1, 0, -1, 1, -1], tf.int32)
+  clip = 0.4
+  make = _UnitReplacement()(index, tf.fill([5], clip))
+  sums, _, _ = dp_sgd.clipped_gradient_sum(
+      model, tf.constant(x), tf.constant(y), clip, dp_sgd.sparse_categorical_crossentropy,
+      force_generic=force_generic, replacement=make)
+  real = [0, 2, 4]
+  want = _hand_clipped_sum(model, x[real], y[real], clip)
+  want[0].reshape(-1)[:2] += clip
+  for got, w in zip(sums, want):
+    np.testing.assert_allclose(got.numpy(), w, rtol=2e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("force_generic", [False, True])
+def test_per_example_gradients_are_taken_in_training_mode(force_generic):
+  """Property: per-example gradients are taken with ``training=True`` (dropout and
+  other training-only behaviour active, as in the non-private step), on both paths. A
+  parameter-free layer that doubles its input only in training makes the check exact.
+  Bug caught: the generic path calling the model with ``training`` unset or False."""
+
+  class DoubleInTraining(tf.keras.layers.Layer):
+
+    def call(self, inputs, training=None):
+      return inputs * 2.0 if training else inputs
+
+  def builder():
+    return tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(6,)),
+                                tf.keras.layers.Dense(3, kernel_initializer="ones"),
+                                DoubleInTraining()])
+
+  model = _model(builder, (6,))
+  rng = np.random.default_rng(14)
+  x = rng.normal(size=(4, 6)).astype(np.float32)
+  y = rng.integers(0, 3, 4).astype(np.int32)
+  sums, _, _ = dp_sgd.clipped_gradient_sum(model, tf.constant(x), tf.constant(y), 1e6,
+                                           dp_sgd.sparse_categorical_crossentropy,
+                                           force_generic=force_generic)
+  for got, want in zip(sums, _hand_clipped_sum(model, x, y, 1e6)):  # training=True
+    np.testing.assert_allclose(got.numpy(), want, rtol=2e-4, atol=1e-6)
+  with tf.GradientTape() as tape:  # the doubling matters: inference gives other gradients
+    loss = dp_sgd.sparse_categorical_crossentropy(
+        y[:1], model.predict_on_batch(x[:1], training=False))[0]
+  inference = tape.gradient(loss, model.trainable_variables)[0].numpy()
+  assert not np.allclose(inference, _hand_clipped_sum(model, x[:1], y[:1], 1e6)[0], rtol=1e-2)
+
+
+def test_a_model_without_keras_inside_has_no_keras_model():
+  """keras_model_of answers None (the generic path) for a model that is not a
+  ``from_keras_model`` wrapper, instead of raising."""
+  assert dp_sgd.keras_model_of(object()) is None
+
+
 def test_replacement_hook_checks_its_canary_index():
   """Property: the canary index must be given exactly with a replacement, one per
   record, in [−1, num_rows). Bugs caught: a missing check lets an index
@@ -541,9 +609,9 @@ def test_supported_models_take_the_layerwise_path_unless_forced(monkeypatch, for
     monkeypatch.setattr(per_example, name, spy)
   model = _model(*CASES["logreg"])
   assert dp_sgd.keras_model_of(model) is not None
+  forced = {"force_generic": True} if force_generic else {}  # the default: not forced
   dp_sgd.clipped_gradient_sum(model, tf.ones([2, 6]), tf.constant([0, 1]), 1.0,
-                              dp_sgd.sparse_categorical_crossentropy,
-                              force_generic=force_generic)
+                              dp_sgd.sparse_categorical_crossentropy, **forced)
   assert calls == ["vectorized_clipped_sum" if force_generic else "layerwise_clipped_sum"]
 
 
