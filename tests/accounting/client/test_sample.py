@@ -572,14 +572,16 @@ def test_lenient_rates_count_an_infeasible_group_as_zero_and_skip_empty_ones():
   InfeasibleBudgetError, and an empty group gets the rate one of its clients would have.
   Bugs caught: lenient by default (an infeasible budget silently dropped), the
   infeasible group counted as None/NaN or as rate 1, the error raised while bracketing
-  (and swallowed afterwards), empty groups searched while bracketing or skipped after.
+  (and swallowed afterwards), empty groups searched while bracketing or skipped after,
+  a one-client group skipped while bracketing (counted as a whole client per round).
   """
-  problem = sample._check_problem([0.05, 8.0, 0.5], [100, 900, 0], 1e-5, 1000, 200, "rdp",
-                                  1.0)
+  problem = sample._check_problem([0.05, 8.0, 0.5, 8.0], [100, 900, 0, 1], 1e-5, 1000, 200,
+                                  "rdp", 1.0)
   rates = problem.rates_at("rdp_int")
   lenient = rates(0.3, lenient=True)
   assert lenient[0] == 0.0 and 0.0 < lenient[1] < 1.0 and lenient[2] == 1.0
-  assert problem.cohort(lenient) == pytest.approx(900 * lenient[1], rel=1e-12)
+  assert lenient[3] == lenient[1]  # the one-client group has group 1's budget
+  assert problem.cohort(lenient) == pytest.approx(901 * lenient[1], rel=1e-12)
   with pytest.raises(InfeasibleBudgetError):
     rates(0.3)
   strict = rates(0.5)
