@@ -131,6 +131,7 @@ def main() -> int:
   patterns = listed_modules()
   equiv = equivalents()
   groups = {}  # label -> list of (file, name, verdict, class)
+  stale = []  # listed as equivalent, yet killed: the table's number points elsewhere now
   for meta in sorted(MUTANTS.rglob("*.py.meta")):
     rel = meta.relative_to(MUTANTS).as_posix()[: -len(".meta")]
     group = next((p for p in patterns if fnmatch.fnmatch(rel, p)), None)
@@ -142,6 +143,8 @@ def main() -> int:
       v = verdict(code)
       if v in ("killed", "timeout"):
         cls, diff = "killed", ""
+        if name in equiv:
+          stale.append(name)
       elif v == "not checked":  # the run was stopped before this mutant
         cls, diff = "unchecked", ""
       elif name in equiv:
@@ -190,6 +193,12 @@ def main() -> int:
       print(f"  {name}: {v}" + (" (message)" if cls == "message" else ""))
       if not args.no_diff:
         print(f"      {_short(diff)}")
+  if stale:
+    print("\nListed as equivalent but killed: mutmut numbers a function's mutants in order, so")
+    print("an edit above a listed mutant moves its number and the entry now names another")
+    print("mutant. Find the listed diff's new number and correct the table:")
+    for name in stale:
+      print(f"  {name}")
   return 0
 
 

@@ -366,6 +366,24 @@ def test_padding_client_has_no_records():
   assert "canary" not in record_level.empty_input_fn(fed)().element_spec
 
 
+def test_padding_client_as_arrays_has_no_records():
+  """Property: the vectorized execution's padding client (``arrays=True``) is a
+  ``RecordArrays`` with zero records of the federation's feature shape and dtypes, and
+  equals the padding dataset. Bug caught: padding that carries a record or a rate (a
+  record trained on without being sampled or charged), or a malformed input."""
+  fed = _federation()
+  padding = record_level.empty_input_fn(fed, arrays=True)()
+  assert isinstance(padding, record_level.RecordArrays)
+  assert padding.x.shape == (0, 5) and padding.x.dtype == fed.x["c0"].dtype
+  assert padding.y.shape == (0,) and padding.y.dtype == fed.y["c0"].dtype
+  assert padding.q.shape == (0,) and padding.q.dtype == np.float32
+  assert padding.seed.shape == (2,)
+  assert sum(int(b["y"].shape[0]) for b in padding.dataset()) == 0
+  one_client = _federation(sizes=(3,))  # a silo of one client pads too
+  assert record_level.empty_input_fn(one_client, arrays=True)().x.shape == (0, 5)
+  assert sum(int(b["y"].shape[0]) for b in record_level.empty_input_fn(one_client)()) == 0
+
+
 def test_rates_digest_tells_plans_apart():
   """Property: the checkpoint's rate digest changes with any client's rates, with
   which client has them, and with the budgets and own budgets (None stays
