@@ -9,6 +9,7 @@ line. Mutants named in docs/architecture.md's table of equivalent mutants
 
   python tools/mutation_report.py            # table + survivors
   python tools/mutation_report.py --no-diff  # table + survivor names only
+  python tools/mutation_report.py --equivalents  # + each equivalent's diff and reason
 
 Exit status 0 always: the figure is a report, not a gate (the run is outside CI).
 """
@@ -121,6 +122,9 @@ def main() -> int:
   ap.add_argument("--no-diff", action="store_true", help="survivor names without their diff")
   ap.add_argument("--messages", action="store_true",
                   help="also list the mutants counted as message-only, with their diff")
+  ap.add_argument("--equivalents", action="store_true",
+                  help="also list every mutant counted as equivalent with its current diff "
+                       "beside the table's reason, to re-check the table after an edit")
   args = ap.parse_args()
   import os  # pylint: disable=g-import-not-at-top
   os.chdir(ROOT)
@@ -148,7 +152,7 @@ def main() -> int:
       elif v == "not checked":  # the run was stopped before this mutant
         cls, diff = "unchecked", ""
       elif name in equiv:
-        cls, diff = "equivalent", ""
+        cls, diff = "equivalent", _diff(name, rel) if args.equivalents else ""
       else:
         diff = _diff(name, rel)
         cls = "message" if is_message_only(diff) else "left"
@@ -193,6 +197,12 @@ def main() -> int:
       print(f"  {name}: {v}" + (" (message)" if cls == "message" else ""))
       if not args.no_diff:
         print(f"      {_short(diff)}")
+  if args.equivalents:
+    print("\nCounted as equivalent (the current diff, then the table's reason):")
+    for items in groups.values():
+      for _, name, _, cls, diff in items:
+        if cls == "equivalent":
+          print(f"  {name}\n      {_short(diff)}\n      reason: {equiv[name]}")
   if stale:
     print("\nListed as equivalent but killed: mutmut numbers a function's mutants in order, so")
     print("an edit above a listed mutant moves its number and the entry now names another")
