@@ -434,6 +434,90 @@ class _UnitReplacement:
     return make
 
 
+@pytest.mark.parametrize("hook", [False, True], ids=["plain", "replacement_hook"])
+def test_momentum_steps_chain_their_state_and_a_hook_without_canaries_changes_nothing(hook):
+  """Property: with SGD momentum μ the optimizer state carries over local steps
+  (m ← μ·m + g, w ← w − lr·m, hand-computed), and an update built with a replacement
+  hook but given only real records (canary index −1) equals it, statistics included.
+  Bugs caught: the optimizer state initialised without the variables' shapes or
+  dtypes; the hook's branch keeping only the last step's loss sum."""
+  model = _model(*CASES["logreg"])
+  rng = np.random.default_rng(15)
+  n, lr, mu = 5, 0.5, 0.9
+  x = (2 * rng.normal(size=(n, 6))).astype(np.float32)
+  y = rng.integers(0, 3, n).astype(np.int32)
+  initial = _weights(model)
+  _, norms0 = _losses_and_norms(model, x, y)
+  clip = float(np.median(norms0))
+  momentum = [np.zeros(v.shape, np.float64) for v in model.trainable_variables]
+  want_loss, want_clipped = 0.0, 0
+  for _ in range(3):
+    losses, norms = _losses_and_norms(model, x, y)
+    want_loss += losses.sum()
+    want_clipped += int(np.sum(norms > clip))
+    for v, m, s in zip(model.trainable_variables, momentum, _hand_clipped_sum(model, x, y, clip)):
+      m *= mu
+      m += s / n
+      v.assign(v.numpy() - lr * m)
+  want_delta = [a.numpy() - v.numpy() for a, v in zip(initial.trainable,
+                                                        model.trainable_variables)]
+  extra = {"record_replacement": _UnitReplacement()} if hook else {}
+  update = dp_sgd.build_local_dp_sgd(model, tff.learning.optimizers.build_sgdm(lr, mu),
+                                     local_steps=3, noise_multiplier=0.0, clip_norm=clip, **extra)
+  args = {"canary_index": np.full(n, -1, np.int32)} if hook else {}
+  delta, stats = update(initial, x, y, np.ones(n, np.float32), tf.constant([4, 5], tf.int64),
+                        **args)
+  for d, w in zip(delta, want_delta):
+    np.testing.assert_allclose(d.numpy(), w, rtol=2e-4, atol=1e-6)
+  assert float(stats["loss_sum"]) == pytest.approx(want_loss, rel=1e-5)
+  assert float(stats["clipped"]) == want_clipped and 0 < want_clipped < 3 * n
+  assert float(stats["sampled"]) == 3 * n
+
+
+def test_local_update_applies_the_example_weights():
+  """Property: the local update's step is lr·Σ_j w_j·clip(g_j)/Σq with the weights of
+  ``example_weight_fn`` (INO-SGD's importance weights), q = 1, no noise. Bug caught:
+  the update dropping ``example_weight_fn`` (every weight read as 1)."""
+  model = _model(*CASES["logreg"])
+  rng = np.random.default_rng(16)
+  n, lr, clip = 5, 0.4, 0.3
+  x = rng.normal(size=(n, 6)).astype(np.float32)
+  y = rng.integers(0, 3, n).astype(np.int32)
+  w = np.array([0.0, 0.25, 0.5, 1.0, 0.75], np.float32)
+  want = _hand_clipped_sum(model, x, y, clip, w)
+  update = dp_sgd.build_local_dp_sgd(model, tff.learning.optimizers.build_sgdm(lr), 1,
+                                     noise_multiplier=0.0, clip_norm=clip,
+                                     example_weight_fn=lambda losses, c: tf.constant(w))
+  delta, _ = update(_weights(model), x, y, np.ones(n, np.float32),
+                    tf.constant([6, 7], tf.int64))
+  for d, want_sum in zip(delta, want):
+    np.testing.assert_allclose(d.numpy(), lr * want_sum / n, rtol=2e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("hook", [False, True], ids=["plain", "replacement_hook"])
+def test_a_record_exactly_at_its_threshold_is_not_counted_as_clipped(hook):
+  """Property: the clipped count is #{‖g_j‖ > C_j}; a gradient of norm exactly C_j
+  passes unchanged and is not counted. A two-class zero-weight logistic regression
+  and x = e₁ give every record the gradient norm exactly 1 (kernel and bias
+  gradients (∓½, ±½) each). Bug caught: ``≥`` for ``>``."""
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 4], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  model = models.tff_model_fn(lambda: tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(4,)),
+      tf.keras.layers.Dense(2, kernel_initializer="zeros")]), spec)()
+  x = np.tile(np.eye(4, dtype=np.float32)[:1], (3, 1))
+  y = np.array([0, 1, 0], np.int32)
+  _, norms = _losses_and_norms(model, x, y)
+  assert np.all(norms == 1.0)
+  extra = {"record_replacement": _UnitReplacement()} if hook else {}
+  args = {"canary_index": np.full(3, -1, np.int32)} if hook else {}
+  update = dp_sgd.build_local_dp_sgd(model, tff.learning.optimizers.build_sgdm(0.1), 1,
+                                     noise_multiplier=0.0, clip_norm=1.0, **extra)
+  _, stats = update(_weights(model), x, y, np.ones(3, np.float32),
+                    tf.constant([8, 9], tf.int64), **args)
+  assert float(stats["clipped"]) == 0.0 and float(stats["sampled"]) == 3.0
+
+
 def test_replaced_records_add_their_vector_and_nothing_else():
   """Property (the audit hook): a replaced record adds exactly L_j·u_j and is left
   out of the normaliser Σq and of the loss, clipped and sampled counts.
