@@ -298,3 +298,13 @@ def test_empty_budgets_and_bad_method_raise():
     calibrate_record_rates(np.array([]), FIG5)
   with pytest.raises(ValueError, match="method='newton' must be one of"):
     calibrate_record_rates(np.array([1.0]), FIG5, method="newton")
+
+
+def test_budgets_are_read_as_floats_whatever_their_input_type():
+  """Property: ``check_budgets`` returns a float array (integer and string budgets
+  included), the type every later step assigns ε values and inf into. Bug caught:
+  the input's own dtype kept (integer budgets stay an int array)."""
+  for given in ([1, 2, 4], np.array([3, 5], np.int32), ["0.5", "inf"]):
+    got = record_calibration.check_budgets(given)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, np.asarray(given, dtype=float))
