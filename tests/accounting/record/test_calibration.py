@@ -308,3 +308,37 @@ def test_budgets_are_read_as_floats_whatever_their_input_type():
     got = record_calibration.check_budgets(given)
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got, np.asarray(given, dtype=float))
+
+
+def _largest_rate_within(budgets: np.ndarray, params: TwoStageParams) -> np.ndarray:
+  """Reference: the largest q with ε(q) ≤ b by a 60-step geometric bisection per budget
+  (vectorised), on the module's exact ε but independent of its grid and interpolation."""
+  lo = np.full(budgets.shape, record_calibration.MIN_RATE)
+  hi = np.ones(budgets.shape)
+  for _ in range(60):
+    mid = np.sqrt(lo * hi)
+    ok = rdp_two_stage.epsilon(mid, params) <= budgets
+    lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+  return lo
+
+
+def test_exact_rates_are_within_a_fraction_of_a_grid_step_of_the_optimum():
+  """Property: each rate is the optimum up to the interpolation's shrink (median gap
+  ≤ 1e-3, every gap ≤ 1%; measured over these settings: median ~1e-4, max 0.57%),
+  not just within the 1.6% grid step. Bugs caught: the log-log interpolation broken
+  (its candidates land low instead of near the optimum), the last bracket's rows left
+  at the grid point."""
+  rng = np.random.default_rng(0)
+  gaps = []
+  for params in [FIG5] + [random_params(rng) for _ in range(4)]:
+    top = rdp_two_stage.epsilon(1.0, params)
+    bottom = rdp_two_stage.epsilon(record_calibration.MIN_RATE * 1.01, params)
+    grid = np.geomspace(record_calibration.MIN_RATE, 1.0, 1024)  # the module's default
+    edges = rdp_two_stage.epsilon(grid[[0, -2]] ** 0.1 * grid[[1, -1]] ** 0.9, params)
+    b = np.concatenate([np.geomspace(max(bottom, 1e-3) * 1.01, top * 0.99, 60),
+                        edges[edges > 0]])  # inside the first and the last bracket
+    q = record_calibration.exact_rates(b, params)
+    assert np.all(rdp_two_stage.epsilon(q, params) <= b)
+    gaps.append(_largest_rate_within(b, params)[q > 0] / q[q > 0] - 1)
+  gaps = np.concatenate(gaps)
+  assert np.median(gaps) <= 1e-3 and gaps.max() <= 1e-2, (np.median(gaps), gaps.max())
