@@ -342,3 +342,27 @@ def test_exact_rates_are_within_a_fraction_of_a_grid_step_of_the_optimum():
     gaps.append(_largest_rate_within(b, params)[q > 0] / q[q > 0] - 1)
   gaps = np.concatenate(gaps)
   assert np.median(gaps) <= 1e-3 and gaps.max() <= 1e-2, (np.median(gaps), gaps.max())
+
+
+def test_exact_rates_interpolate_most_budgets_without_bisecting(monkeypatch):
+  """Property (cost): beyond the 1,025-point table, the interpolation verifies most
+  budgets with one or two exact evaluations; only the few it cannot place are bisected
+  (12 evaluations each). Measured on these settings: 0.26–1.24 evaluated points per
+  budget; bound 2. Bugs caught: an interpolation that never lands (every budget falls
+  to the bisection: ~12 points each) while the verified results stay within budget."""
+  evaluated = []
+  exact = rdp_two_stage.epsilon
+
+  def counting(q, params, *args, **kwargs):
+    evaluated.append(np.size(q))
+    return exact(q, params, *args, **kwargs)
+
+  monkeypatch.setattr(record_calibration.rdp_two_stage, "epsilon", counting)
+  rng = np.random.default_rng(1)
+  for params in [FIG5] + [random_params(rng) for _ in range(3)]:
+    top = exact(1.0, params)
+    bottom = exact(record_calibration.MIN_RATE * 1.01, params)
+    b = np.geomspace(max(bottom, 1e-3) * 1.01, top * 0.99, 300)
+    evaluated.clear()
+    record_calibration.exact_rates(b, params)
+    assert (sum(evaluated) - 1025) / b.size <= 2.0, (params, sum(evaluated))
