@@ -5,7 +5,9 @@ The central property is checked over many seeded random configurations
 dp-accounting evaluation :func:`rdp_two_stage.epsilon_reference` on a sample
 of each result's distinct rates. No TensorFlow.
 """
+import dataclasses
 import math
+import time
 
 import numpy as np
 import pytest
@@ -366,3 +368,74 @@ def test_exact_rates_interpolate_most_budgets_without_bisecting(monkeypatch):
     evaluated.clear()
     record_calibration.exact_rates(b, params)
     assert (sum(evaluated) - 1025) / b.size <= 2.0, (params, sum(evaluated))
+
+
+def test_rates_over_their_budget_are_refused_at_construction():
+  """Property: ``RecordRates`` (what every calibration returns) refuses ε above a
+  budget beyond float noise (1e-12 relative), whoever built it. Bugs caught: the
+  last-line guard removed, loosened (2×, or any factor above 1 + 1e-12), or tightened
+  so that a rate exactly at its budget is refused."""
+  b = np.array([0.5, 2.0, np.inf])
+  q = np.array([0.1, 0.2, 1.0])
+
+  def rates(eps):
+    return record_calibration.RecordRates(budgets=b, q=q, epsilon=np.asarray(eps),
+                                          method="exact", params=FIG5)
+
+  rates(np.array([0.5, 2.0, 7.0]))                            # exactly at the budget
+  rates(np.array([0.5 * (1 + 1e-12), 2.0 * (1 + 1e-12), 7.0]))  # float noise of the bound
+  for over in ([0.5 * (1 + 1e-9), 1.0, 7.0], [0.5, 2.02, 7.0], [0.9, 3.9, 7.0]):
+    with pytest.raises(AssertionError, match="exceed their budget"):
+      rates(np.array(over))
+
+
+@pytest.mark.parametrize("method", ["scf", "binary_search", "exact"])
+def test_a_calibration_reports_its_params_fit_and_time(method):
+  """Property: the result names the settings its rates are valid for, carries the
+  SCF fit only for the SCF method, and its time is the calibration's wall time. Bugs
+  caught: params dropped, a fit reported for another method, a time offset by the
+  clock's origin."""
+  fit = scf.fit_scf(FIG5)
+  before = time.perf_counter()
+  result = calibrate_record_rates(np.array([0.5, 2.0, 8.0]), FIG5, method=method, fit=fit)
+  elapsed = time.perf_counter() - before
+  assert result.params == FIG5
+  assert (result.fit is fit) == (method == "scf") and (result.fit is None) != (method == "scf")
+  assert 0.0 <= result.seconds <= elapsed
+
+
+def test_exactly_max_distinct_budgets_are_not_rounded():
+  """Property: budgets are rounded only when there are more than ``max_distinct``
+  distinct ones. Bug caught: ``>=`` (rounding at exactly the limit)."""
+  b = np.geomspace(0.5, 60.0, 50)
+  plain = calibrate_record_rates(b, FIG5, method="exact")
+  at_limit = calibrate_record_rates(b, FIG5, method="exact", max_distinct=50,
+                                    budget_resolution=0.2)
+  np.testing.assert_array_equal(at_limit.q, plain.q)
+
+
+def test_the_default_rounding_keeps_budgets_within_a_thousandth():
+  """Property: above ``max_distinct`` the default resolution rounds each budget down by
+  at most 0.1%, so a rate is at least the exact rate of b/1.001 (up to the exact
+  solver's slack). Bug caught: a default resolution of 1.001 (budgets halved)."""
+  rng = np.random.default_rng(13)
+  b = np.exp(rng.uniform(math.log(0.5), math.log(60.0), 400))
+  rounded = calibrate_record_rates(b, FIG5, method="exact", max_distinct=100)
+  lower_bound = record_calibration.exact_rates(b / 1.001, FIG5)
+  assert np.all(rounded.q >= lower_bound * (1 - 2e-2))
+  assert np.median(rounded.q / lower_bound) >= 0.999
+
+
+def test_budgets_the_estimator_cannot_place_are_solved_exactly_and_counted():
+  """Property: budgets at or below the fitted curve's asymptote c (where F has no
+  answer, ε ≤ e^b + c) are solved with the exact solver and counted as ``unsolved`` per
+  record; the others keep the estimator's rate (checked). FIG5's fit with its asymptote
+  moved from c ≈ −32.6 to 0.6 has no answer below ε ≈ 32.5: the budgets 0.3 (twice)
+  and 0.5 are unsolved, 40 and 80 are not. Bug caught: the count dropped or taken over
+  the distinct budgets instead of the records."""
+  fit = dataclasses.replace(scf.fit_scf(FIG5), c=0.6)
+  b = np.array([0.3, 0.3, 0.5, 40.0, 80.0])
+  result = calibrate_record_rates(b, FIG5, fit=fit)
+  assert result.unsolved == 3
+  np.testing.assert_array_equal(result.q[:3], record_calibration.exact_rates(b[:3], FIG5))
+  check_never_over_budget(result, FIG5, np.random.default_rng(0))
