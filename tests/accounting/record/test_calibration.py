@@ -439,3 +439,22 @@ def test_budgets_the_estimator_cannot_place_are_solved_exactly_and_counted():
   assert result.unsolved == 3
   np.testing.assert_array_equal(result.q[:3], record_calibration.exact_rates(b[:3], FIG5))
   check_never_over_budget(result, FIG5, np.random.default_rng(0))
+
+
+def test_the_estimator_is_fitted_on_the_grid_it_is_given():
+  """Property: ``q_grid`` reaches Alg. 2's simulation (the fit's points are that grid).
+  Bug caught: the argument dropped (the default Π used whatever the caller asked)."""
+  grid = np.linspace(0.05, 1.0, 12)
+  result = calibrate_record_rates(np.array([1.0, 5.0]), FIG5, q_grid=grid)
+  np.testing.assert_array_equal(result.fit.q_grid, grid)
+
+
+def test_exact_rates_take_budgets_of_any_shape_and_numeric_type():
+  """Property: ``exact_rates`` answers per budget whatever the input's shape (it
+  flattens) and numeric type. Bug caught: a 2-D input kept 2-D, so that the flat
+  indices of the interpolated rows pick whole rows of budgets."""
+  b = np.array([[0.5, 3.0, 20.0], [1.0, 7.0, 40.0]])
+  flat = record_calibration.exact_rates(b.reshape(-1), FIG5)
+  np.testing.assert_array_equal(record_calibration.exact_rates(b, FIG5), flat)
+  ints = np.array([1, 7, 40])
+  np.testing.assert_array_equal(record_calibration.exact_rates(ints, FIG5), flat[[3, 4, 5]])
