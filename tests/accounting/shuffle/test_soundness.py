@@ -227,22 +227,32 @@ def test_binned_lower_bound_two_reports_by_hand():
   |D| ≤ n − 1 (the code leaves out |D| = n: a sub-sum, still a lower bound), by hand.
 
   Catches: the target's bands taken at the wrong end, the other's band probabilities
-  from the wrong input, the max over directions or widths dropped.
+  from the wrong input, the max over directions or widths dropped, either direction's
+  sum miscomputed (an other report at y = ±0.5 makes the two directions differ, and
+  each decides at one sign), the defaults (other input 0, clip 1) changed.
   """
   eu, eo, w = 2.0, 0.5, 0.3
   t = 1.0 - w
   q_top = 1 - clap.cdf(t, 1.0, eu, 1.0)     # target at +C, top band
   q_bot = clap.cdf(-t, 1.0, eu, 1.0)        # target at +C, bottom band
-  r_top = 1 - clap.cdf(t, 0.0, eo, 1.0)
-  r_bot = clap.cdf(-t, 0.0, eo, 1.0)
-  other = np.array([r_bot, 1 - r_top - r_bot, r_top])   # D_other on −1..1
-  tgt_p = np.array([q_bot, 1 - q_top - q_bot, q_top])   # target at +C
-  p = np.convolve(other, tgt_p)[1:-1]  # D on −1..1: the code sums over |D| ≤ n−1 only,
-  q = np.convolve(other, tgt_p[::-1])[1:-1]  # a sub-sum, so still a lower bound
-  for x in (0.0, 0.4):
-    want = max(np.maximum(p - math.exp(x) * q, 0).sum(), np.maximum(q - math.exp(x) * p, 0).sum())
-    got = soundness.binned_lower_bound(2, eu, eo, [x], widths=(w,), other_input=0.0)[0]
-    assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
+  for y in (0.0, 0.5, -0.5):
+    r_top = 1 - clap.cdf(t, y, eo, 1.0)
+    r_bot = clap.cdf(-t, y, eo, 1.0)
+    other = np.array([r_bot, 1 - r_top - r_bot, r_top])   # D_other on −1..1
+    tgt_p = np.array([q_bot, 1 - q_top - q_bot, q_top])   # target at +C
+    p = np.convolve(other, tgt_p)[1:-1]  # D on −1..1: the code sums over |D| ≤ n−1 only,
+    q = np.convolve(other, tgt_p[::-1])[1:-1]  # a sub-sum, so still a lower bound
+    for x in (0.0, 0.4):
+      sides = (np.maximum(p - math.exp(x) * q, 0).sum(), np.maximum(q - math.exp(x) * p, 0).sum())
+      if y != 0.0 and x > 0:
+        assert abs(sides[0] - sides[1]) > 1e-3 * max(sides)  # the directions differ here
+      got = soundness.binned_lower_bound(2, eu, eo, [x], widths=(w,), other_input=y)[0]
+      assert got == pytest.approx(max(sides), rel=1e-12, abs=1e-15)
+  defaults = soundness.binned_lower_bound(2, eu, eo, [0.4], widths=(w,))[0]
+  assert defaults == soundness.binned_lower_bound(2, eu, eo, [0.4], widths=(w,),
+                                                  other_input=0.0, clip=1.0)[0]
+  assert defaults > 0 and defaults != soundness.binned_lower_bound(
+      2, eu, eo, [0.4], widths=(w,), other_input=1.0)[0]
   both = soundness.binned_lower_bound(2, eu, eo, [0.0], widths=(0.1, w))[0]
   assert both >= soundness.binned_lower_bound(2, eu, eo, [0.0], widths=(w,))[0]
 
