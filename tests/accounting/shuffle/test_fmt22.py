@@ -257,3 +257,21 @@ def test_eq2_by_hand_and_valid_edges():
   assert fmt22.eq2(2, 0.1, 0.999) > 0
   assert 0 < fmt22.numeric(2, 0.5, 0.3) <= 0.5
   assert isinstance(fmt22.closed_form(1000, 3.0, 1e-8), float)
+
+
+def test_apple_blocked_loop_fixes_the_q_side_typo_by_default():
+  """Property: by default the blocked loop charges the q-side block the larger of its two
+  endpoint divergences (``fix_typo=True``). At n = 2,000, ε0 = 1, ε = 0.12 the shipped
+  typo (``max(upper, upper)``) gives about half that δ (3.7e-6 against 6.7e-6; the exact
+  clone reduction's is 2.0e-6), so the typo is not harmless at every (n, ε) even where
+  ``numeric_apple``'s ε is unchanged. Bug caught: the typo's form as the default."""
+  n, eps0, eps = 2000, 1.0, 0.12
+  p = math.exp(-eps0)
+  binom = stats.binom(n - 1, p)
+  mass = lambda lo, hi: float(binom.cdf(hi) - binom.cdf(lo) + binom.pmf(lo))
+  args = (n, (n - 1) * p, mass, _alpha(eps0), eps, 1.0, 100)
+  fixed = fmt22.apple_deltacomp(*args, fix_typo=True)
+  typo = fmt22.apple_deltacomp(*args, fix_typo=False)
+  assert fmt22.apple_deltacomp(*args) == fixed
+  assert typo < 0.75 * fixed
+  assert _clone_delta(binom.pmf(np.arange(n)), eps0, eps) <= fixed * (1 + 1e-9)
