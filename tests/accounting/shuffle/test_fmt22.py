@@ -275,3 +275,6 @@ def test_apple_blocked_loop_fixes_the_q_side_typo_by_default():
   assert fmt22.apple_deltacomp(*args) == fixed
   assert typo < 0.75 * fixed
   assert _clone_delta(binom.pmf(np.arange(n)), eps0, eps) <= fixed * (1 + 1e-9)
+  # The first release's loop too (there the typo moves δ only in the last digits: n odd).
+  half = lambda **kw: fmt22.apple_deltacomp_half(n + 1, eps0, eps, 1.0, 100, **kw)
+  assert half() == half(fix_typo=True) != half(fix_typo=False)
