@@ -312,6 +312,13 @@ def test_budgets_are_read_as_floats_whatever_their_input_type():
     np.testing.assert_array_equal(got, np.asarray(given, dtype=float))
 
 
+def _budgets_spanning_the_rates(params: TwoStageParams, n: int) -> np.ndarray:
+  """n log-spaced budgets from just above ε(MIN_RATE) (at least 1e-3) to just below ε*(1)."""
+  top = rdp_two_stage.epsilon(1.0, params)
+  bottom = rdp_two_stage.epsilon(record_calibration.MIN_RATE * 1.01, params)
+  return np.geomspace(max(bottom, 1e-3) * 1.01, top * 0.99, n)
+
+
 def _largest_rate_within(budgets: np.ndarray, params: TwoStageParams) -> np.ndarray:
   """Reference: the largest q with ε(q) ≤ b by a 60-step geometric bisection per budget
   (vectorised), on the module's exact ε but independent of its grid and interpolation."""
@@ -333,11 +340,9 @@ def test_exact_rates_are_within_a_fraction_of_a_grid_step_of_the_optimum():
   rng = np.random.default_rng(0)
   gaps = []
   for params in [FIG5] + [random_params(rng) for _ in range(4)]:
-    top = rdp_two_stage.epsilon(1.0, params)
-    bottom = rdp_two_stage.epsilon(record_calibration.MIN_RATE * 1.01, params)
     grid = np.geomspace(record_calibration.MIN_RATE, 1.0, 1024)  # the module's default
     edges = rdp_two_stage.epsilon(grid[[0, -2]] ** 0.1 * grid[[1, -1]] ** 0.9, params)
-    b = np.concatenate([np.geomspace(max(bottom, 1e-3) * 1.01, top * 0.99, 60),
+    b = np.concatenate([_budgets_spanning_the_rates(params, 60),
                         edges[edges > 0]])  # inside the first and the last bracket
     q = record_calibration.exact_rates(b, params)
     assert np.all(rdp_two_stage.epsilon(q, params) <= b)
@@ -362,9 +367,7 @@ def test_exact_rates_interpolate_most_budgets_without_bisecting(monkeypatch):
   monkeypatch.setattr(record_calibration.rdp_two_stage, "epsilon", counting)
   rng = np.random.default_rng(1)
   for params in [FIG5] + [random_params(rng) for _ in range(3)]:
-    top = exact(1.0, params)
-    bottom = exact(record_calibration.MIN_RATE * 1.01, params)
-    b = np.geomspace(max(bottom, 1e-3) * 1.01, top * 0.99, 300)
+    b = _budgets_spanning_the_rates(params, 300)
     evaluated.clear()
     record_calibration.exact_rates(b, params)
     assert (sum(evaluated) - 1025) / b.size <= 2.0, (params, sum(evaluated))
