@@ -500,11 +500,9 @@ def test_a_record_exactly_at_its_threshold_is_not_counted_as_clipped(hook):
   passes unchanged and is not counted. A two-class zero-weight logistic regression
   and x = e₁ give every record the gradient norm exactly 1 (kernel and bias
   gradients (∓½, ±½) each). Bug caught: ``≥`` for ``>``."""
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, 4], tf.float32),
-                                 y=tf.TensorSpec([None], tf.int32))
-  model = models.tff_model_fn(lambda: tf.keras.Sequential([
+  model = _model(lambda: tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(4,)),
-      tf.keras.layers.Dense(2, kernel_initializer="zeros")]), spec)()
+      tf.keras.layers.Dense(2, kernel_initializer="zeros")]), (4,))
   x = np.tile(np.eye(4, dtype=np.float32)[:1], (3, 1))
   y = np.array([0, 1, 0], np.int32)
   _, norms = _losses_and_norms(model, x, y)
