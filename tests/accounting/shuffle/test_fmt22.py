@@ -278,3 +278,146 @@ def test_apple_blocked_loop_fixes_the_q_side_typo_by_default():
   # The first release's loop too (there the typo moves δ only in the last digits: n odd).
   half = lambda **kw: fmt22.apple_deltacomp_half(n + 1, eps0, eps, 1.0, 100, **kw)
   assert half() == half(fix_typo=True) != half(fix_typo=False)
+
+
+# --- Apple's blocked loops on a small n, blocks laid out by hand ---------------------------
+
+
+def _spec_blocked_delta(blocks, mass_of, divergence, delta_upper=1.0, upper_bound=True,
+                        q_side=None):
+  """The blocked loop's specification, block list given: charge each block
+  ``mass·max(d(lower), d(upper))`` (``min`` for the lower bound), return ``delta_upper``
+  once a running sum exceeds it, and stop once the unexplored mass is below both sums
+  (adding it to each for the upper bound). ``q_side`` charges the q sum differently (the
+  shipped typo). Returns (δ, number of blocks whose mass was asked for)."""
+  pick = max if upper_bound else min
+  q_side = q_side or (lambda lo, hi: pick(divergence(lo), divergence(hi)))
+  dp = dq = used = 0.0
+  for asked, (lo, hi) in enumerate(blocks, start=1):
+    m = mass_of(lo, hi)
+    if max(dp, dq) > delta_upper:
+      return delta_upper, asked
+    if 1 - used < dp and 1 - used < dq:
+      return (max(dp, dq) + 1 - used if upper_bound else max(dp, dq)), asked
+    dp += m * pick(divergence(lo), divergence(hi))
+    dq += m * q_side(lo, hi)
+    used += m
+  return max(dp, dq), len(blocks)
+
+
+# n = 7, step 2, blocks stepping out from 2.3: ceil(4.3) = 5 → [3, 5] (the first block
+# spans step + 1), ceil(0.3) = 1 → [1, 2], ceil(6.3) = 7 clamped to n − 1 → [6, 6],
+# ceil(−1.7) = −1 clamped to 0 → [0, 0]; the third round's blocks [8, 9] and [−3, −2] are
+# out of scope.
+_N7_BLOCKS = [(3, 5), (1, 2), (6, 6), (0, 0)]
+_W7 = [0.05, 0.10, 0.20, 0.30, 0.20, 0.10, 0.05]
+
+
+def _recording(weights):
+  calls = []
+
+  def mass(lo, hi):
+    calls.append((lo, hi))
+    return float(sum(weights[lo:hi + 1]))
+  return mass, calls
+
+
+@pytest.mark.parametrize("upper_bound,fix_typo", [(True, True), (False, True), (True, False)])
+def test_apple_deltacomp_blocks_by_hand_to_the_final_return(upper_bound, fix_typo):
+  """Property: on n = 7, step 2, expectation 2.3 the loop asks for the masses of exactly
+  the blocks laid out by hand above (each clone count once, clamped at 0 and n − 1) and,
+  with half the mass outside them (so no early stop), returns Σ_b m_b·max(d(lo), d(hi))
+  (``min`` for the lower bound) from its final return: the larger of the two sums, which
+  under the shipped typo (q side charged d(hi) only) is the p sum.
+
+  Bugs caught: a block range check off by one at n − 1 or 0, a clamp dropped, the first
+  block's extra count moved, the endpoints' divergences combined wrongly, the final
+  return replaced or returning one side's sum."""
+  a, eps = _alpha(1.0), 0.1
+  d = lambda c: fmt22.onestep(c, eps, a, True)
+  half = [w / 2 for w in _W7]
+  mass, calls = _recording(half)
+  got = fmt22.apple_deltacomp(7, 2.3, mass, a, eps, 1.0, 2, upper_bound=upper_bound,
+                              fix_typo=fix_typo)
+  assert calls == _N7_BLOCKS
+  pick = max if upper_bound else min
+  masses = [0.30, 0.15, 0.025, 0.025]
+  p_sum = sum(m * pick(d(lo), d(hi)) for (lo, hi), m in zip(_N7_BLOCKS, masses))
+  q_sum = sum(m * d(hi) for (lo, hi), m in zip(_N7_BLOCKS, masses))
+  assert fix_typo or q_sum < 0.9 * p_sum  # the typo's q sum is visibly the smaller
+  want, asked = _spec_blocked_delta(
+      _N7_BLOCKS, _recording(half)[0], d, upper_bound=upper_bound,
+      q_side=None if fix_typo else (lambda lo, hi: d(hi)))
+  assert asked == 4
+  assert want == pytest.approx(p_sum, rel=1e-12)
+  assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("upper_bound", [True, False])
+@pytest.mark.parametrize("fix_typo", [True, False])
+def test_apple_deltacomp_stops_once_the_unexplored_mass_is_below_both_sums(
+    upper_bound, fix_typo):
+  """Property: the loop stops at the second block once the unexplored mass (here 0.14)
+  is below both running sums, adding it to the larger for the upper bound. Under the
+  shipped q-side typo the q sum (0.86·d(5) ≈ 0.124), and for the lower bound both sums,
+  are still below it, so those loops go on until no mass is left (the third block).
+
+  Bugs caught: the early stop on either sum (``or`` for ``and``), the unexplored mass not
+  added or added to the lower bound, the stop tested against the explored mass."""
+  a, eps = _alpha(1.0), 0.0
+  d = lambda c: fmt22.onestep(c, eps, a, True)
+  weights = [0.0, 0.07, 0.07, 0.30, 0.26, 0.30, 0.0]  # [3, 5] holds 0.86
+  typo_q = (None if fix_typo or not upper_bound
+            else lambda lo, hi: d(hi))
+  mass, calls = _recording(weights)
+  got = fmt22.apple_deltacomp(7, 2.3, mass, a, eps, 1.0, 2, upper_bound=upper_bound,
+                              fix_typo=fix_typo)
+  want, asked = _spec_blocked_delta(_N7_BLOCKS, _recording(weights)[0], d,
+                                    upper_bound=upper_bound, q_side=typo_q)
+  assert 0.86 * d(5) < 0.14 < 0.86 * d(3)  # the setting separates the two sums
+  stops_early = upper_bound and fix_typo  # else a sum stays at 0.86·d(5) < 0.14
+  assert len(calls) == asked == (2 if stops_early else 3)
+  if stops_early:
+    assert want == pytest.approx(
+        0.86 * (max if upper_bound else min)(d(3), d(5)) + (0.14 if upper_bound else 0.0),
+        rel=1e-12)
+  assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_apple_deltacomp_caps_at_delta_upper_after_a_block():
+  """Property: once a running sum exceeds ``delta_upper`` the loop returns it at the next
+  block (not before a block is charged, not with the sum). Bug caught: the cap tested on
+  the wrong sum or returned as the sum."""
+  a, eps = _alpha(1.0), 0.0
+  mass, calls = _recording(_W7)
+  cap = 0.05  # 0.8·max(d(3), d(5)) ≈ 0.14 exceeds it after the first block
+  assert fmt22.apple_deltacomp(7, 2.3, mass, a, eps, cap, 2) == cap
+  assert calls == _N7_BLOCKS[:2]
+
+
+@pytest.mark.parametrize("n,blocks", [
+    # n = 8: the centre c = 4 alone first; blk 1: max(round(5), round(7)) − 1 = 6 → [5, 6],
+    # max(round(3), round(1)) = 3 → [2, 3]; blk 3: 9 − 1 = 8 → [7, 8], 1 → [0, 1].
+    (8, [(4, 4), (5, 6), (2, 3), (7, 8), (0, 1)]),
+    # n = 7 (odd: ± 0.1 shift): max(round(4.4), round(6.4)) − 1 = 5 → [4, 5],
+    # max(round(2.6), round(0.6)) = 3 → [2, 3]; blk 3: 8 − 1 = 7 → [6, 7], 1 → [0, 1].
+    (7, [(4, 5), (2, 3), (6, 7), (0, 1)]),
+])
+@pytest.mark.parametrize("eps0,eps", [(1.0, 0.3), (3.0, 0.5)])
+def test_apple_deltacomp_half_blocks_by_hand(n, blocks, eps0, eps):
+  """Property: Apple's first-release loop on a small n equals the blocked specification
+  over the blocks laid out by hand around n/2 (the centre term first for even n), with
+  Bin(n−1, e^{−ε0}) masses; at ε0 = 3 most mass lies at small c, so the unexplored-mass
+  stop decides. Bugs caught: the centre term dropped or charged on one side, the blocks'
+  rounding or the upper side's −1 changed, the loop's range, the stop or its sums."""
+  p = math.exp(-eps0)
+  a = _alpha(eps0)
+  binom = stats.binom(n - 1, p)
+  mass = lambda lo, hi: float(binom.cdf(hi) - binom.cdf(lo) + binom.pmf(lo))
+  d = lambda c: fmt22.onestep(c, eps, a, True)
+  want, _ = _spec_blocked_delta(blocks, mass, d)
+  got = fmt22.apple_deltacomp_half(n, eps0, eps, 1.0, 2)
+  assert got == pytest.approx(want, rel=1e-12)
+  typo, _ = _spec_blocked_delta(blocks, mass, d, q_side=lambda lo, hi: d(hi))
+  assert fmt22.apple_deltacomp_half(n, eps0, eps, 1.0, 2, fix_typo=False) == pytest.approx(
+      typo, rel=1e-12)
