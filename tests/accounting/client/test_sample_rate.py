@@ -524,3 +524,57 @@ def test_tighten_rate_caps_at_one_by_default():
   the accountant refuses) and ends just below 1."""
   q, eps = sample_rate.tighten_rate(0.3, 50.0, 2.0, 5, 1e-5, "rdp")
   assert q == 1.0 and eps == pytest.approx(fresh_epsilon(1.0, 2.0, 5, 1e-5), rel=1e-9)
+
+
+def test_raise_while_feasible_steps_out_by_two_then_squares_the_step():
+  """Property (the documented expansion): the first probe is x·min(2, target/ε(x)) (2 from
+  ε = 0), and each later step squares the factor, until a probe is over budget.
+  Bugs caught: a first step of 3 (either branch), a step that does not grow."""
+  for eps_x, eps_at in [(0.01, lambda y: y), (0.0, lambda y: 0.0 if y < 0.5 else 2.0)]:
+    calls = []
+
+    def counted(y, f=eps_at):
+      calls.append(y)
+      return f(y)
+    sample_rate._raise_while_feasible(counted, 0.01, eps_x, 1.0, 10.0, 1e-6)
+    assert calls[:3] == pytest.approx([0.02, 0.08, 1.28], rel=1e-12)
+  calls = []
+  sample_rate._raise_while_feasible(lambda y: calls.append(y) or y / 10, 0.01, 0.001, 1.0,
+                                    10.0, 1e-6)
+  assert calls[0] == pytest.approx(0.02, rel=1e-12)  # min(2, 1000): never more than 2x
+
+
+@pytest.mark.parametrize("x0", [0.01, 1.0 - 1e-7])
+@pytest.mark.parametrize("first_over", [4, 5, 12, 23, 24, 25, 26, 30])
+def test_raise_while_feasible_spends_exactly_its_evaluation_budget_when_asked_for_full_precision(
+    first_over, x0):
+  """Property: with rtol = 0 (never converged) the raise evaluates exactly
+  ``_RAISE_MAX_EVALS`` = 25 new points, wherever the edge lies. ε is a cliff: c0 < 1 below
+  x_e = 1 and 2 − c0 above, so no point ever meets the target exactly; ε(x) = c0 makes the
+  first factor 1/c0, chosen so that the expansion's probe number ``first_over`` (probe n
+  sits at log position ln(1/c0)·(2^n − 1) above x; 1/c0 < 2 from 4 on) is the first over
+  budget, which takes the expansion past 24 steps for the larger values. From x = 1 − 1e-7
+  the bracket is already narrower than the search's default tolerance (1e-6). The
+  returned point is the largest evaluated one within budget, with its own ε.
+
+  Bugs caught: the expansion's stop at ``>=`` 25 points, the search's budget miscounted
+  (+2, −1, or the points used added instead of subtracted), a one-point budget skipped,
+  ``max_evals`` or either tolerance not passed to ``largest_feasible`` (its defaults
+  stop it early or let it run past the budget)."""
+  x_edge = 1.0
+  c0 = math.exp(-math.log(x_edge / x0) / (2.0 ** (first_over - 0.5) - 1.0))
+  calls = []
+
+  def eps_at(y):
+    calls.append(y)
+    return c0 if y < x_edge else 2.0 - c0  # symmetric: the search's steps bisect
+
+  x, eps = sample_rate._raise_while_feasible(eps_at, x0, c0, 1.0, 1e6, 0.0)
+  assert c0 < 1.0 and eps == c0
+  over = [i for i, y in enumerate(calls, start=1) if y >= x_edge]
+  if first_over <= 25:
+    assert over[0] == first_over
+  else:
+    assert not over
+  assert len(calls) == sample_rate._RAISE_MAX_EVALS
+  assert x == max([x0] + [y for y in calls if y < x_edge])
