@@ -443,7 +443,8 @@ def test_tighten_noise_lowers_only_on_real_slack_and_to_the_pld_edge(monkeypatch
   kept. Under PLD, a σ 1.1x the edge is lowered to the PLD edge (a fresh PLD accountant
   breaks 1% below it), not to RDP's larger one.
   Bugs caught: the no-slack test joined by ``and`` (a lowering search on every σ), and
-  the lowering evaluated with the default RDP accountant (over-noising PLD runs ~10%)."""
+  the lowering or the first verification evaluated with the default RDP accountant
+  (over-noising PLD runs ~10%)."""
   target, q, rounds, delta = 2.0, 0.05, 100, 1e-5
   edge = sample_rate.get_noise(target, delta, q, rounds)
   calls = _counting_exact(monkeypatch)
@@ -454,6 +455,12 @@ def test_tighten_noise_lowers_only_on_real_slack_and_to_the_pld_edge(monkeypatch
   sigma = sample_rate._tighten_noise(1.1 * pld_edge, target, q, rounds, delta, "pld")
   assert fresh_pld_epsilon(q, sigma, rounds, delta) <= target
   assert fresh_pld_epsilon(q, 0.99 * sigma, rounds, delta) > target
+  # With the budget set to PLD's exact ε at that σ, a σ just below it is raised by the
+  # first 1e-4 step only (RDP's edge is ~10% up).
+  at_edge = sample_rate.exact.epsilon(q, pld_edge, rounds, delta, "pld")
+  just_below = sample_rate._tighten_noise(pld_edge * (1 - 1e-5), at_edge, q, rounds, delta,
+                                          "pld")
+  assert just_below == pytest.approx(pld_edge * (1 - 1e-5) * (1 + 1e-4), rel=1e-12)
 
 
 def test_tighten_noise_stops_at_the_smallest_noise_and_returns_the_verified_sigma(
@@ -578,3 +585,51 @@ def test_raise_while_feasible_spends_exactly_its_evaluation_budget_when_asked_fo
     assert not over
   assert len(calls) == sample_rate._RAISE_MAX_EVALS
   assert x == max([x0] + [y for y in calls if y < x_edge])
+
+
+def test_verification_steps_follow_their_schedule_and_refuse_after_sixty(monkeypatch):
+  """Property: where the exact ε never comes within budget, ``tighten_rate`` lowers q by
+  factors 1 − min(0.5, 1e-4·2^i) and ``_tighten_noise`` raises σ by 1 + min(1, 1e-4·2^i),
+  i = 0, 1, ..., one exact call each, and after exactly 60 calls both refuse loudly
+  rather than return an unverified value. (A σ or q just off the edge is thus fixed by a
+  1e-4 step, not overshot by a doubling.)
+  Bugs caught: the first step 1.0001 or 2 + grow, the steps growing ×3 or capped at 2,
+  61 attempts."""
+  seen = []
+
+  def over_budget(q, s, r, d, acc="rdp", **k):
+    seen.append((q, s))
+    return 5.0
+  monkeypatch.setattr(sample_rate.exact, "epsilon", over_budget)
+  steps = [1e-4 * 2.0**i for i in range(59)]
+  with pytest.raises(RuntimeError, match="refusing to return an unverified rate"):
+    sample_rate.tighten_rate(0.3, 1.0, 1.0, 10, 1e-5, "rdp")
+  assert len(seen) == 60
+  qs = [q for q, _ in seen]
+  assert [b / a for a, b in zip(qs, qs[1:])] == pytest.approx(
+      [1.0 - min(0.5, s) for s in steps], rel=1e-12)
+  seen.clear()
+  with pytest.raises(RuntimeError, match="refusing to return an unverified noise"):
+    sample_rate._tighten_noise(0.7, 1.0, 0.1, 10, 1e-5, "rdp")
+  assert len(seen) == 60
+  sigmas = [s for _, s in seen]
+  assert [b / a for a, b in zip(sigmas, sigmas[1:])] == pytest.approx(
+      [1.0 + min(1.0, s) for s in steps], rel=1e-12)
+
+
+def test_tighten_rate_keeps_a_rate_at_the_budget_and_raises_only_below_the_slack_edge(
+    monkeypatch):
+  """Property: a q whose exact ε equals the target is kept (one call); so is one whose ε
+  is exactly at the slack threshold target·(1 − 1e-3), or exactly 1.0 under a target
+  just above it (slack means strictly below the threshold, or ε = 0).
+  Bugs caught: ``<`` for ``<=`` in the verification, ``<=`` in the slack test, slack
+  declared at ε = 1 instead of ε = 0."""
+  for eps_below, target in [(0.7, 0.7), (1.0 * (1.0 - 1e-3), 1.0), (1.0, 1.0005)]:
+    calls = []
+
+    def exact_eps(q, s, r, d, acc="rdp", **k):
+      calls.append(q)
+      return eps_below if q <= 0.5 else 5.0
+    monkeypatch.setattr(sample_rate.exact, "epsilon", exact_eps)
+    assert sample_rate.tighten_rate(0.3, target, 1.0, 10, 1e-5, "rdp") == (0.3, eps_below)
+    assert calls == [0.3]
