@@ -111,6 +111,9 @@ def test_onestep_is_the_pair_divergence(c, eps):
   pq, qp = _pair(c, eps, a)
   assert fmt22.onestep(c, eps, a, True) == pytest.approx(pq, rel=1e-9, abs=1e-15)
   assert fmt22.onestep(c, eps, a, False) == pytest.approx(qp, rel=1e-9, abs=1e-15)
+  # P_c and Q_c are mirror images (k ↦ c + 1 − k), so the two directions are equal: the
+  # blocked loops' p- and q-side sums differ only by rounding (and the shipped typo).
+  assert pq == pytest.approx(qp, rel=1e-12, abs=1e-15)
 
 
 def test_binary_search_by_hand():
@@ -291,7 +294,7 @@ def _spec_blocked_delta(blocks, mass_of, divergence, delta_upper=1.0, upper_boun
   (adding it to each for the upper bound). ``q_side`` charges the q sum differently (the
   shipped typo). Returns (δ, number of blocks whose mass was asked for)."""
   pick = max if upper_bound else min
-  q_side = q_side or (lambda lo, hi: pick(divergence(lo), divergence(hi)))
+  q_side = q_side or (lambda lo, hi: pick(divergence(hi), divergence(lo)))
   dp = dq = used = 0.0
   for asked, (lo, hi) in enumerate(blocks, start=1):
     m = mass_of(lo, hi)
@@ -299,7 +302,7 @@ def _spec_blocked_delta(blocks, mass_of, divergence, delta_upper=1.0, upper_boun
       return delta_upper, asked
     if 1 - used < dp and 1 - used < dq:
       return (max(dp, dq) + 1 - used if upper_bound else max(dp, dq)), asked
-    dp += m * pick(divergence(lo), divergence(hi))
+    dp += m * pick(divergence(hi), divergence(lo))
     dq += m * q_side(lo, hi)
     used += m
   return max(dp, dq), len(blocks)
@@ -402,8 +405,15 @@ def test_apple_deltacomp_caps_at_delta_upper_after_a_block():
     # n = 7 (odd: ± 0.1 shift): max(round(4.4), round(6.4)) − 1 = 5 → [4, 5],
     # max(round(2.6), round(0.6)) = 3 → [2, 3]; blk 3: 8 − 1 = 7 → [6, 7], 1 → [0, 1].
     (7, [(4, 5), (2, 3), (6, 7), (0, 1)]),
+    # n = 9: max(round(5.4), round(7.4)) − 1 = 6 → [5, 6], max(round(3.6), round(1.6)) = 4
+    # → [3, 4]; blk 3: [7, 8], [1, 2]; blk 5: [9, 10] (no mass), 0 → [−1, 0] (Bin's pmf(0)).
+    (9, [(5, 6), (3, 4), (7, 8), (1, 2), (9, 10), (-1, 0)]),
+    # n = 15: above, round(blk + 9.4) − 1 → [blk + 7, blk + 8]; below, round(7.6 − blk)
+    # → [7 − blk, 8 − blk] (7.5 − blk alone would round half to even: 6, 4, 2, 0).
+    (15, [(8, 9), (6, 7), (10, 11), (4, 5), (12, 13), (2, 3), (14, 15), (0, 1)]),
 ])
-@pytest.mark.parametrize("eps0,eps", [(1.0, 0.3), (3.0, 0.5)])
+@pytest.mark.parametrize("eps0,eps", [(0.3, 0.0), (0.8, 0.1), (1.0, 0.3), (2.0, 0.0), (3.0, 0.5),
+                                      (4.0, 0.2)])
 def test_apple_deltacomp_half_blocks_by_hand(n, blocks, eps0, eps):
   """Property: Apple's first-release loop on a small n equals the blocked specification
   over the blocks laid out by hand around n/2 (the centre term first for even n), with
@@ -421,3 +431,51 @@ def test_apple_deltacomp_half_blocks_by_hand(n, blocks, eps0, eps):
   typo, _ = _spec_blocked_delta(blocks, mass, d, q_side=lambda lo, hi: d(hi))
   assert fmt22.apple_deltacomp_half(n, eps0, eps, 1.0, 2, fix_typo=False) == pytest.approx(
       typo, rel=1e-12)
+
+
+def test_apple_deltacomp_blocks_from_a_high_expectation():
+  """Property: from expectation 4.7 on n = 7 (step 2) the upper side runs out first:
+  [5, 6] (ceil(6.7) = 7 clamped to 6), then [3, 4], and once blocks above n − 1 are out
+  of scope the lower side goes on alone: [1, 2], then [0, 0] (ceil(−1.3) = −1, clamped).
+  Bug caught: an out-of-scope upper block ending the round (``break`` for ``continue``),
+  which drops the lower side's remaining mass from the sums."""
+  a, eps = _alpha(1.0), 0.1
+  d = lambda c: fmt22.onestep(c, eps, a, True)
+  half = [w / 2 for w in _W7]
+  mass, calls = _recording(half)
+  got = fmt22.apple_deltacomp(7, 4.7, mass, a, eps, 1.0, 2)
+  layout = [(5, 6), (3, 4), (1, 2), (0, 0)]
+  assert calls == layout
+  want, _ = _spec_blocked_delta(layout, _recording(half)[0], d)
+  assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_blocked_loops_cap_only_strictly_above_delta_upper():
+  """Property: a running sum exactly equal to ``delta_upper`` does not stop either loop
+  (the cap applies strictly above it). Apple's loop, n = 7 with 0.99 of the mass in the
+  first block and the cap set to the sums after it: the next check stops on the
+  unexplored mass and returns cap + 0.01. The first release, n = 2 (the centre c = 1,
+  then [2, 3] with no mass and [−1, 0] holding Bin(1, p)'s pmf(0)), cap at the centre
+  term's sums: the loop ends through its final, uncapped return, above the cap.
+  Bug caught: ``>=`` for ``>`` in either cap."""
+  a, eps = _alpha(1.0), 0.0
+  weights = [0.0, 0.005, 0.005, 0.33, 0.33, 0.33, 0.0]
+  m1 = float(sum(weights[3:6]))
+  cap = max(m1 * max(fmt22.onestep(5, eps, a, True), fmt22.onestep(3, eps, a, True)),
+            m1 * max(fmt22.onestep(5, eps, a, False), fmt22.onestep(3, eps, a, False)))
+  got = fmt22.apple_deltacomp(7, 2.3, _recording(weights)[0], a, eps, cap, 2)
+  want, asked = _spec_blocked_delta(_N7_BLOCKS, _recording(weights)[0],
+                                    lambda c: fmt22.onestep(c, eps, a, True), cap)
+  assert asked == 2 and want == pytest.approx(cap + 1 - m1, rel=1e-12)
+  assert got == pytest.approx(want, rel=1e-12)
+  n, eps0, eps = 2, 1.0, 0.3
+  a = _alpha(eps0)
+  binom = stats.binom(n - 1, math.exp(-eps0))
+  pc = float(binom.pmf(1))
+  cap = max(pc * fmt22.onestep(1, eps, a, True), pc * fmt22.onestep(1, eps, a, False))
+  mass = lambda lo, hi: float(binom.cdf(hi) - binom.cdf(lo) + binom.pmf(lo))
+  want, asked = _spec_blocked_delta([(1, 1), (2, 3), (-1, 0)], mass,
+                                    lambda c: fmt22.onestep(c, eps, a, True), cap)
+  got = fmt22.apple_deltacomp_half(n, eps0, eps, cap, 2)
+  assert asked == 3 and want > cap
+  assert got == pytest.approx(want, rel=1e-12)
