@@ -589,3 +589,28 @@ def test_lenient_rates_count_an_infeasible_group_as_zero_and_skip_empty_ones():
       0.5, 1e-5, 0.5, 1000, sample_rate.search_epsilon_fn("rdp_int"), 1.0, None,
       sample_rate.SEARCH_RTOL["rdp_int"])
   assert strict[2] == alone and 0.0 < alone < 1e-6
+
+
+def test_rates_at_hands_each_groups_last_rate_to_the_next_search(monkeypatch):
+  """Property (cost): σ's bracketing asks for the rates at many nearby σ, and each group's
+  search starts from that group's last rate (its ``hint``) with the search ε's own
+  tolerance ``SEARCH_RTOL``; an empty group's rate is never kept as a hint.
+  Bugs caught: the hint dropped or looked up under the wrong key, the tolerance dropped
+  (the default 1e-7 for PLD's 2e-4) or passed in the hint's place."""
+  seen = []
+  real = sample_rate.search_sample_rate
+
+  def recorded(eps, delta, sigma, rounds, eps_fn, max_rate=1.0, hint=None, rtol=1e-7):
+    seen.append((float(eps), hint, rtol))
+    return real(eps, delta, sigma, rounds, eps_fn, max_rate, hint, rtol)
+
+  monkeypatch.setattr(sample.sample_rate, "search_sample_rate", recorded)
+  problem = sample._check_problem([1.0, 4.0, 2.0], [300, 700, 0], 1e-5, 1000, 100,
+                                  "pld", 1.0)
+  rates = problem.rates_at("pld")
+  first = rates(1.2)
+  assert [(e, h) for e, h, _ in seen] == [(1.0, None), (4.0, None), (2.0, None)]
+  assert {r for _, _, r in seen} == {sample_rate.SEARCH_RTOL["pld"]} != {1e-7}
+  seen.clear()
+  rates(1.21)
+  assert [(e, h) for e, h, _ in seen] == [(1.0, first[0]), (4.0, first[1]), (2.0, None)]
