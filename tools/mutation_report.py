@@ -7,9 +7,17 @@ kill rate of each, and lists every mutant that was not killed with its diff
 line. Mutants named in docs/architecture.md's table of equivalent mutants
 (section "Mutation testing") are counted apart: they cannot change behaviour.
 
+mutmut numbers a function's mutants in order, so an edit above a listed mutant
+gives its number to another mutant. Each listed mutant's diff is therefore pinned
+in tools/mutation_equivalents.json (its changed lines, as the report prints them):
+a listed mutant whose current diff differs from its pin counts as left, under
+"moved", until the table is corrected and the pin rewritten.
+
   python tools/mutation_report.py            # table + survivors
   python tools/mutation_report.py --no-diff  # table + survivor names only
   python tools/mutation_report.py --equivalents  # + each equivalent's diff and reason
+  python tools/mutation_report.py --pin-equivalents  # after reviewing the table: pin
+      # the current diff of every listed mutant in mutants/ (others' pins are kept)
 
 Exit status 0 always: the figure is a report, not a gate (the run is outside CI).
 """
@@ -26,6 +34,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MUTANTS = ROOT / "mutants"
 ARCH = ROOT / "docs" / "architecture.md"
+PINS = ROOT / "tools" / "mutation_equivalents.json"
 
 # mutmut 3's exit-code verdicts (mutmut/stats.py)
 KILLED = {1: "killed", 3: "killed"}
@@ -53,6 +62,27 @@ def equivalents() -> dict[str, str]:
     if m:
       out[m.group(1)] = m.group(2)
   return out
+
+
+def load_pins(path: pathlib.Path = PINS) -> dict[str, str]:
+  """Listed mutant name -> its changed lines when the table was last reviewed."""
+  return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save_pins(pins: dict[str, str], path: pathlib.Path = PINS) -> None:
+  path.write_text(json.dumps(dict(sorted(pins.items())), indent=1, ensure_ascii=False) + "\n")
+
+
+def equivalent_class(name: str, diff: str, equiv: dict[str, str], pins: dict[str, str]
+                     ) -> str:
+  """How a surviving mutant counts: 'equivalent' if listed and its diff matches the pin
+  (or it has no pin yet: 'unpinned'), 'moved' if listed but its diff is no longer the
+  pinned one (the number now names another mutant), else ''."""
+  if name not in equiv:
+    return ""
+  if name not in pins:
+    return "unpinned"
+  return "equivalent" if _short(diff) == pins[name] else "moved"
 
 
 def verdict(code) -> str:
@@ -125,6 +155,9 @@ def main() -> int:
   ap.add_argument("--equivalents", action="store_true",
                   help="also list every mutant counted as equivalent with its current diff "
                        "beside the table's reason, to re-check the table after an edit")
+  ap.add_argument("--pin-equivalents", action="store_true",
+                  help=f"write each listed mutant's current diff to {PINS.name} (after "
+                       "reviewing the table against --equivalents)")
   args = ap.parse_args()
   import os  # pylint: disable=g-import-not-at-top
   os.chdir(ROOT)
@@ -134,8 +167,11 @@ def main() -> int:
   _cache_parsed_modules()
   patterns = listed_modules()
   equiv = equivalents()
+  pins = load_pins()
   groups = {}  # label -> list of (file, name, verdict, class)
   stale = []  # listed as equivalent, yet killed: the table's number points elsewhere now
+  moved = []  # listed as equivalent, but the diff differs from its pin
+  unpinned = []
   for meta in sorted(MUTANTS.rglob("*.py.meta")):
     rel = meta.relative_to(MUTANTS).as_posix()[: -len(".meta")]
     group = next((p for p in patterns if fnmatch.fnmatch(rel, p)), None)
@@ -145,6 +181,8 @@ def main() -> int:
     codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
     for name, code in sorted(codes.items()):
       v = verdict(code)
+      if args.pin_equivalents and name in equiv:  # whatever the verdict: a fresh
+        pins[name] = _short(_diff(name, rel))     # generation's mutants are unchecked
       if v in ("killed", "timeout"):
         cls, diff = "killed", ""
         if name in equiv:
@@ -152,7 +190,15 @@ def main() -> int:
       elif v == "not checked":  # the run was stopped before this mutant
         cls, diff = "unchecked", ""
       elif name in equiv:
-        cls, diff = "equivalent", _diff(name, rel) if args.equivalents else ""
+        diff = _diff(name, rel)
+        how = equivalent_class(name, diff, equiv, pins)
+        if how == "moved":
+          moved.append((name, diff))
+          cls = "left"
+        else:
+          cls = "equivalent"
+          if how == "unpinned":
+            unpinned.append(name)
       else:
         diff = _diff(name, rel)
         cls = "message" if is_message_only(diff) else "left"
@@ -203,6 +249,17 @@ def main() -> int:
       for _, name, _, cls, diff in items:
         if cls == "equivalent":
           print(f"  {name}\n      {_short(diff)}\n      reason: {equiv[name]}")
+  if args.pin_equivalents:
+    save_pins(pins)
+    print(f"\npinned the diffs of the listed mutants of this run in {PINS.relative_to(ROOT)}")
+  if moved:
+    print("\nMoved (listed as equivalent, but the diff is not the pinned one: the number now")
+    print("names another mutant; counted as left). Correct the table, then --pin-equivalents:")
+    for name, diff in moved:
+      print(f"  {name}\n      now:    {_short(diff)}\n      pinned: {pins[name]}")
+  if unpinned:
+    print(f"\nListed as equivalent without a pinned diff ({len(unpinned)}; counted as "
+          "equivalent): review them with --equivalents, then --pin-equivalents.")
   if stale:
     print("\nListed as equivalent but killed: mutmut numbers a function's mutants in order, so")
     print("an edit above a listed mutant moves its number and the entry now names another")

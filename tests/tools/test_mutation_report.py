@@ -31,3 +31,24 @@ def test_a_tf_assertion_message_keyword_is_a_message_but_its_operands_are_not():
   assert not report.is_message_only(_diff(line, line.replace("weights, ", "")))
   assert not report.is_message_only(_diff("    return tf.constant(x, tf.float32)",
                                           "    return tf.constant(x, None)"))
+
+
+def test_a_listed_equivalent_counts_only_while_its_diff_is_the_pinned_one(tmp_path):
+  """The equivalents table names mutants by number, and mutmut renumbers a function's
+  mutants after an edit above them. A listed mutant counts as equivalent only while its
+  diff is the one pinned when the table was reviewed; another diff under the same number
+  is 'moved' (counted as left); a listed mutant without a pin is 'unpinned' (still
+  equivalent, reported). Bug caught: a renumbered row hiding a real survivor."""
+  name = "tff_idp.x.x_f__mutmut_3"
+  equiv = {name: "reason"}
+  was = _diff("    return a <= b", "    return a < b")
+  now = _diff("    q = min(q, 1.0)", "    q = min(q, 2.0)")
+  pins = {name: report._short(was)}
+  assert report.equivalent_class(name, was, equiv, pins) == "equivalent"
+  assert report.equivalent_class(name, now, equiv, pins) == "moved"
+  assert report.equivalent_class(name, now, equiv, {}) == "unpinned"
+  assert report.equivalent_class("tff_idp.x.x_f__mutmut_4", now, equiv, pins) == ""
+  path = tmp_path / "pins.json"
+  report.save_pins(pins, path)
+  assert report.load_pins(path) == pins
+  assert report.load_pins(tmp_path / "none.json") == {}
