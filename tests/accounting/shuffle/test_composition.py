@@ -250,13 +250,14 @@ def test_sapes_prop1_is_advanced_over_2b():
     ((0.1, -1e-9, 10, 1e-5), "delta"),
     ((0.1, 1.0, 10, 1e-5), "delta"),
     ((0.1, 1e-9, 2.5, 1e-5), "k="),
-    ((0.1, 1e-9, 10, 0.0), "delta_total"),
-    ((0.1, 1e-9, 10, 1.0), "delta_total"),
+    ((0.1, 1e-9, 10, 0.0), r"^delta_total=0.0 must"),
+    ((0.1, 1e-9, 10, 1.0), r"^delta_total=1.0 must"),
 ])
 def test_more_errors(args, match):
   """Invalid ε, per-step δ, k or δ_total are refused by every accountant.
 
-  Catches: a weakened range check (each bound alone).
+  Catches: a weakened range check (each bound alone), δ_total's refusal naming another
+  parameter.
   """
   with pytest.raises(ValueError, match=match):
     comp.exact(*args)
