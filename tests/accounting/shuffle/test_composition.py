@@ -177,7 +177,8 @@ def test_pld_matches_fresh_accountant_and_rounds():
   ``rounds`` times; k in the result is k·rounds.
 
   Catches: rounds ignored or squared (or ignored at two rounds: an under-reported ε),
-  k·rounds wrong in the result, the discretization interval not passed on.
+  k·rounds wrong in the result, the discretization interval not passed on, the spent
+  budget's tie handed to dp_accounting.
   """
   r = comp.pld(0.3, 1e-7, 20, 1e-4)
   assert r.feasible and r.k == 20 and r.method == "pld" and r.delta == 1e-4
@@ -198,6 +199,9 @@ def test_pld_matches_fresh_accountant_and_rounds():
   assert gone.epsilon == math.inf and gone.feasible is False and gone.k == 30
   assert gone.delta == 0.0295 and gone.method == "pld"
   assert "spent" in gone.reason
+  # The tie 1−(1−δ)^(k·rounds) = δ_total is spent too (nothing is left for the finite part).
+  tie = comp.pld(0.3, 1e-3, 10, comp._spent(30, 1e-3), rounds=3)
+  assert tie.feasible is False and "spent" in tie.reason
   with pytest.raises(ValueError, match="rounds"):
     comp.pld(0.3, 1e-7, 20, 1e-4, rounds=0)
 
