@@ -287,13 +287,18 @@ def test_apple_blocked_loop_fixes_the_q_side_typo_by_default():
 
 
 def _spec_blocked_delta(blocks, mass_of, divergence, delta_upper=1.0, upper_bound=True,
-                        q_side=None):
+                        q_side=None, charge_unexplored=True):
   """The blocked loop's specification, block list given: charge each block
   ``mass·max(d(lower), d(upper))`` (``min`` for the lower bound), return ``delta_upper``
   once a running sum exceeds it, and stop once the unexplored mass is below both sums
-  (adding it to each for the upper bound). ``q_side`` charges the q sum differently (the
-  shipped typo). Returns (δ, number of blocks whose mass was asked for)."""
+  (adding it to each for the upper bound); a block reaching below c = 0 is charged from
+  c = 0, and after the last block the upper bound adds the mass no block reached
+  (``charge_unexplored``; Apple's shipped loop does not).
+  ``q_side`` charges the q sum differently (the shipped typo). Returns (δ, number of
+  blocks whose mass was asked for)."""
   pick = max if upper_bound else min
+  clamped = divergence
+  divergence = lambda c: clamped(max(0, c))
   q_side = q_side or (lambda lo, hi: pick(divergence(hi), divergence(lo)))
   dp = dq = used = 0.0
   for asked, (lo, hi) in enumerate(blocks, start=1):
@@ -305,7 +310,8 @@ def _spec_blocked_delta(blocks, mass_of, divergence, delta_upper=1.0, upper_boun
     dp += m * pick(divergence(hi), divergence(lo))
     dq += m * q_side(lo, hi)
     used += m
-  return max(dp, dq), len(blocks)
+  unexplored = max(0.0, 1.0 - used) if upper_bound and charge_unexplored else 0.0
+  return max(dp, dq) + unexplored, len(blocks)
 
 
 # n = 7, step 2, blocks stepping out from 2.3: ceil(4.3) = 5 → [3, 5] (the first block
@@ -325,23 +331,26 @@ def _recording(weights):
   return mass, calls
 
 
+@pytest.mark.parametrize("charge", [False, True])
 @pytest.mark.parametrize("upper_bound,fix_typo", [(True, True), (False, True), (True, False)])
-def test_apple_deltacomp_blocks_by_hand_to_the_final_return(upper_bound, fix_typo):
+def test_apple_deltacomp_blocks_by_hand_to_the_final_return(upper_bound, fix_typo, charge):
   """Property: on n = 7, step 2, expectation 2.3 the loop asks for the masses of exactly
   the blocks laid out by hand above (each clone count once, clamped at 0 and n − 1) and,
   with half the mass outside them (so no early stop), returns Σ_b m_b·max(d(lo), d(hi))
   (``min`` for the lower bound) from its final return: the larger of the two sums, which
-  under the shipped typo (q side charged d(hi) only) is the p sum.
+  under the shipped typo (q side charged d(hi) only) is the p sum; with
+  ``charge_unexplored`` the upper bound adds the 0.5 of mass no block reached (the
+  shipped loop, the default, leaves it out).
 
   Bugs caught: a block range check off by one at n − 1 or 0, a clamp dropped, the first
   block's extra count moved, the endpoints' divergences combined wrongly, the final
-  return replaced or returning one side's sum."""
+  return replaced or returning one side's sum, the unreached mass not charged."""
   a, eps = _alpha(1.0), 0.1
   d = lambda c: fmt22.onestep(c, eps, a, True)
   half = [w / 2 for w in _W7]
   mass, calls = _recording(half)
   got = fmt22.apple_deltacomp(7, 2.3, mass, a, eps, 1.0, 2, upper_bound=upper_bound,
-                              fix_typo=fix_typo)
+                              fix_typo=fix_typo, charge_unexplored=charge)
   assert calls == _N7_BLOCKS
   pick = max if upper_bound else min
   masses = [0.30, 0.15, 0.025, 0.025]
@@ -350,9 +359,9 @@ def test_apple_deltacomp_blocks_by_hand_to_the_final_return(upper_bound, fix_typ
   assert fix_typo or q_sum < 0.9 * p_sum  # the typo's q sum is visibly the smaller
   want, asked = _spec_blocked_delta(
       _N7_BLOCKS, _recording(half)[0], d, upper_bound=upper_bound,
-      q_side=None if fix_typo else (lambda lo, hi: d(hi)))
+      q_side=None if fix_typo else (lambda lo, hi: d(hi)), charge_unexplored=charge)
   assert asked == 4
-  assert want == pytest.approx(p_sum, rel=1e-12)
+  assert want == pytest.approx(p_sum + (0.5 if upper_bound and charge else 0.0), rel=1e-12)
   assert got == pytest.approx(want, rel=1e-12)
 
 
@@ -376,7 +385,8 @@ def test_apple_deltacomp_stops_once_the_unexplored_mass_is_below_both_sums(
   got = fmt22.apple_deltacomp(7, 2.3, mass, a, eps, 1.0, 2, upper_bound=upper_bound,
                               fix_typo=fix_typo)
   want, asked = _spec_blocked_delta(_N7_BLOCKS, _recording(weights)[0], d,
-                                    upper_bound=upper_bound, q_side=typo_q)
+                                    upper_bound=upper_bound, q_side=typo_q,
+                                    charge_unexplored=False)
   assert 0.86 * d(5) < 0.14 < 0.86 * d(3)  # the setting separates the two sums
   stops_early = upper_bound and fix_typo  # else a sum stays at 0.86·d(5) < 0.14
   assert len(calls) == asked == (2 if stops_early else 3)
@@ -446,7 +456,7 @@ def test_apple_deltacomp_blocks_from_a_high_expectation():
   got = fmt22.apple_deltacomp(7, 4.7, mass, a, eps, 1.0, 2)
   layout = [(5, 6), (3, 4), (1, 2), (0, 0)]
   assert calls == layout
-  want, _ = _spec_blocked_delta(layout, _recording(half)[0], d)
+  want, _ = _spec_blocked_delta(layout, _recording(half)[0], d, charge_unexplored=False)
   assert got == pytest.approx(want, rel=1e-12)
 
 
@@ -465,7 +475,8 @@ def test_blocked_loops_cap_only_strictly_above_delta_upper():
             m1 * max(fmt22.onestep(5, eps, a, False), fmt22.onestep(3, eps, a, False)))
   got = fmt22.apple_deltacomp(7, 2.3, _recording(weights)[0], a, eps, cap, 2)
   want, asked = _spec_blocked_delta(_N7_BLOCKS, _recording(weights)[0],
-                                    lambda c: fmt22.onestep(c, eps, a, True), cap)
+                                    lambda c: fmt22.onestep(c, eps, a, True), cap,
+                                    charge_unexplored=False)
   assert asked == 2 and want == pytest.approx(cap + 1 - m1, rel=1e-12)
   assert got == pytest.approx(want, rel=1e-12)
   n, eps0, eps = 2, 1.0, 0.3
@@ -479,3 +490,27 @@ def test_blocked_loops_cap_only_strictly_above_delta_upper():
   got = fmt22.apple_deltacomp_half(n, eps0, eps, cap, 2)
   assert asked == 3 and want > cap
   assert got == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [20, 99, 100, 150, 250])
+def test_numeric_apple_never_under_reports_at_small_n(n):
+  """Property (privacy): Apple's numeric ε is never below the exact clone reduction's,
+  for cohorts of up to a few blocks too (step 100). The shipped loops were not: the
+  expectation loop has no block at n ≤ step and reported ε ≈ 1e-6, and the first
+  release charged a block reaching below c = 0 its smallest divergence (ε 0.426 against
+  the exact 0.512 at n = 150). Their δ(ε) stays at or above the exact one at ε = 0.3.
+  Bugs caught: the unreached mass not charged at the expectation loop's end (or
+  ``numeric_apple`` not asking for it), a block below c = 0 charged by its upper end."""
+  eps0, delta = 1.0, 1e-6
+  exact = fmt22.numeric(n, eps0, delta)
+  for loop in ("expectation", "half"):
+    assert fmt22.numeric_apple(n, eps0, delta, loop=loop) >= exact * (1 - 1e-9), loop
+  p = math.exp(-eps0)
+  binom = stats.binom(n - 1, p)
+  mass = lambda lo, hi: float(binom.cdf(hi) - binom.cdf(lo) + binom.pmf(lo))
+  exact_delta = _clone_delta(binom.pmf(np.arange(n)), eps0, 0.3)
+  args = (n, (n - 1) * p, mass, _alpha(eps0), 0.3, 1.0, 100)
+  assert fmt22.apple_deltacomp(*args, charge_unexplored=True) >= exact_delta * (1 - 1e-9)
+  if n <= 100:  # as shipped (EoN's published numeric keeps it): no block, δ = 0
+    assert fmt22.apple_deltacomp(*args) == 0.0
+  assert fmt22.apple_deltacomp_half(n, eps0, 0.3, 1.0, 100) >= exact_delta * (1 - 1e-9)

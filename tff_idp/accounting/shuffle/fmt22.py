@@ -104,7 +104,8 @@ def onestep(c: int, epsilon: float, alpha: float, p_minus_q: bool) -> float:
 def apple_deltacomp(n: int, expectation: float,
                     interval_mass: Callable[[int, int], float],
                     alpha: float, epsilon: float, delta_upper: float, step: int,
-                    upper_bound: bool = True, fix_typo: bool = True) -> float:
+                    upper_bound: bool = True, fix_typo: bool = True,
+                    charge_unexplored: bool = False) -> float:
   """Apple's blocked δ(ε) loop (computeamplification.py ``deltacomp``).
 
   Blocks of ``step`` clone counts stepping outward from ``expectation``; each
@@ -112,6 +113,12 @@ def apple_deltacomp(n: int, expectation: float,
   endpoint divergence (monotonicity in c is assumed by the reference code);
   stops once the unexplored mass is below both running sums. With
   ``fix_typo=False`` the q-side uses ``max(upper, upper)`` as shipped.
+
+  As shipped, running out of blocks returns the bare sums, which is not an upper
+  bound: with n ≤ step there is no block and δ = 0 for every ε (EoN's published
+  numeric keeps this; ``soundness`` shows where it fails). With
+  ``charge_unexplored=True`` (what :func:`numeric_apple` uses) the upper bound
+  also charges the mass no block reached (:func:`_unexplored`).
   """
   deltap = deltaq = probused = 0.0
   for blk in range(1, int(np.ceil(n / step))):
@@ -150,7 +157,20 @@ def apple_deltacomp(n: int, expectation: float,
       deltap += mass * dpadd
       deltaq += mass * dqadd
       probused += mass
+  if upper_bound and charge_unexplored:
+    return max(deltap, deltaq) + _unexplored(probused)
   return max(deltap, deltaq)
+
+
+def _unexplored(probused: float) -> float:
+  """Mass no block reached, charged in full (divergence ≤ 1) by an upper bound.
+
+  Apple's loops return the bare sums when they run out of blocks. With n ≤ step
+  the expectation loop has no block at all (δ = 0 for every ε, so its ε ≈ 0),
+  and for n up to a few steps its blocks can stop short of n − 1; charging what
+  they missed keeps δ(ε) an upper bound (it moves δ by < 1e-15 where the blocks
+  cover everything)."""
+  return max(0.0, 1.0 - probused)
 
 
 def apple_deltacomp_half(n: int, epsilon0: float, epsilon: float,
@@ -159,7 +179,14 @@ def apple_deltacomp_half(n: int, epsilon0: float, epsilon: float,
   """Apple's first-release loop (before commit 993d285): blocks around n/2.
 
   Binomial(n−1, e^{−ε0}) masses; the c = n/2 term first when n is even, then
-  blocks of ``step`` alternately above and below n/2, rounding as shipped.
+  blocks of ``step`` alternately above and below n/2, rounding as shipped (they
+  reach c ≤ 0 and c ≥ n − 1, so every count is charged). One change keeps it an
+  upper bound where the shipped loop is not (n up to about 2·step): a block
+  reaching below c = 0 is charged the divergence at c = 0. The shipped loop
+  evaluated ``onestep`` at a negative c, got NaN, and charged the block its
+  upper end, the smallest divergence in it: at n = 150, ε0 = 1, δ = 1e-6 its ε
+  was 0.426 against the exact reduction's 0.512. The notes' figures (n ≥ 10⁴)
+  do not move.
   """
   p = math.exp(-epsilon0)
   alpha = reduction.alpha_for_epsilon(epsilon0)
@@ -180,6 +207,7 @@ def apple_deltacomp_half(n: int, epsilon0: float, epsilon: float,
         upperc -= 1
       lowerc = upperc - step + 1
       mass = float(binom.cdf(upperc) - binom.cdf(lowerc) + binom.pmf(lowerc))
+      lowerc = max(0, lowerc)  # a block reaching below c = 0 holds mass from c = 0 up
       if max(deltap, deltaq) > delta_upper:
         return delta_upper
       if 1 - probused < deltap and 1 - probused < deltaq:
@@ -215,7 +243,11 @@ def numeric_apple(n: int, epsilon0: float, delta: float, num_iterations: int = 2
   ``num_iterations=10, fix_typo=False`` is the APES repository's copy as used
   for the UniS column (0.069670 at n=1e4, ε0=1, δ=1e-8). ``loop="half"`` is
   Apple's first release (0.07050 at 20 halvings); ``loop="expectation"`` its
-  current one (0.069537). Both over-approximate :func:`numeric` (0.068880).
+  current one (0.069537). Both over-approximate :func:`numeric` (0.068880), at
+  every n: unlike the shipped code, the mass no block reached and the first
+  release's blocks below c = 0 are charged (see the two loops). For n ≤
+  ``step`` the loop has no block and the answer is ``eps_upper`` (no
+  amplification; the shipped code reported ε ≈ 0 there): use :func:`numeric`.
   """
   if loop not in ("expectation", "half"):
     raise ValueError(f"loop={loop!r}: choose 'expectation' or 'half'.")
@@ -237,7 +269,7 @@ def numeric_apple(n: int, epsilon0: float, delta: float, num_iterations: int = 2
 
   def delta_fn(eps: float) -> float:
     return apple_deltacomp(n, (n - 1) * p, mass, alpha, eps, delta, step,
-                           upper_bound, fix_typo)
+                           upper_bound, fix_typo, charge_unexplored=True)
 
   return binary_search(delta_fn, delta, num_iterations, eps_upper)
 
