@@ -478,3 +478,49 @@ def test_insecure_mode_reproduces_the_client_sampling_too(tmp_path):
   (n1, w1), (n2, w2) = run("a"), run("b")
   assert n1 == n2
   np.testing.assert_array_equal(w1, w2)
+
+
+def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(monkeypatch):
+  """Property: what ``run_record_level`` gives its round driver, read without running:
+  ``progress`` and ``restart`` as asked, a padding client with no records, and a
+  fingerprint holding the records, the caller's name for them, the model's layers, the
+  debug mode and the calibration under the checkpoint format's keys (a renamed key
+  would refuse every existing checkpoint; a dropped piece would let a resume under other
+  data, another model or the other noise mode through).
+  Bugs caught: progress or restart dropped or None, no padding, data/model/noise mode
+  left out of the fingerprint, the calibration's keys renamed."""
+  from tff_idp.engine import fingerprint as fingerprint_lib  # pylint: disable=g-import-not-at-top
+  seen = {}
+
+  class Stop(Exception):
+    pass
+
+  class FakeDriver:
+    def __init__(self, **kwargs):
+      seen.update(kwargs)
+
+    def run(self, rounds):
+      raise Stop(rounds)
+
+  monkeypatch.setattr(record_level, "RoundDriver", FakeDriver)
+  fed = _federation()
+  plan = record_level.make_record_plan("ours", _budgets(fed), PARAMS, 1.0)
+  builder = lambda: models.build_logistic_regression(5, 3, seed=0)
+  with pytest.raises(Stop):
+    record_level.run_record_level(object(), fed, plan, 3, "unused", progress=False,
+                                  fingerprint="my-data", insecure_reproducible_noise=True,
+                                  hyperparameters=HP, keras_builder=builder, restart=True)
+  assert seen["progress"] is False and seen["restart"] is True
+  padding = list(seen["padding_input_fn"]())
+  assert padding == []
+  fp = seen["run_fingerprint"]
+  assert fp["data"] == fingerprint_lib.canonical(
+      {"records": fingerprint_lib.records_identity(fed.x, fed.y), "name": "my-data"})
+  assert fp["model"] == fingerprint_lib.canonical(
+      fingerprint_lib.keras_model_identity(builder()))
+  assert fp["insecure_reproducible_noise"] is True and fp["run_seed"] == 3
+  assert set(fp["calibration"]) == {"method", "noise_multiplier", "clip_norm", "params",
+                                    "summary", "rates", "budgets", "own_budgets"}
+  assert fp["calibration"]["method"] == "ours"
+  assert fp["calibration"]["noise_multiplier"] == plan.noise_multiplier
+  assert fp["calibration"]["clip_norm"] == plan.clip_norm
