@@ -281,7 +281,7 @@ def test_federation_converts_and_checks_its_arrays():
   and refuses mismatched clients, no clients, or a length mismatch, naming the
   client. Bugs caught: a missing check (records silently paired with the wrong
   labels or dropped), features or labels left unconverted, or the labels
-  checked under the wrong client."""
+  checked under the wrong client, a bad feature array's refusal not naming it."""
   fed = record_level.RecordFederation({"a": np.ones((2, 3)), "b": np.zeros((1, 3))},
                                       {"a": [1.0, 0.0], "b": np.array([2])})
   assert fed.client_ids == ["a", "b"] and fed.sizes == {"a": 2, "b": 1}
@@ -298,6 +298,9 @@ def test_federation_converts_and_checks_its_arrays():
   with pytest.raises(ToolkitValueError, match=r"y\['b'\]"):
     record_level.RecordFederation({"a": np.ones((1, 2)), "b": np.ones((1, 2))},
                                   {"a": [0], "b": [0.5]})
+  with pytest.raises(ToolkitValueError, match=r"x\['b'\]"):  # features named too
+    record_level.RecordFederation({"a": np.ones((1, 2)), "b": np.ones(2)},
+                                  {"a": [0], "b": [0]})
 
 
 class _FakeCanaries:
@@ -487,8 +490,10 @@ def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(mo
   debug mode and the calibration under the checkpoint format's keys (a renamed key
   would refuse every existing checkpoint; a dropped piece would let a resume under other
   data, another model or the other noise mode through).
+  A cohort-vectorized process gets arrays, not datasets, for its clients and padding.
   Bugs caught: progress or restart dropped or None, no padding, data/model/noise mode
-  left out of the fingerprint, the calibration's keys renamed."""
+  left out of the fingerprint, the calibration's keys renamed, the vectorized process
+  not recognised (datasets handed to it)."""
   from tff_idp.engine import fingerprint as fingerprint_lib  # pylint: disable=g-import-not-at-top
   seen = {}
 
@@ -524,3 +529,15 @@ def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(mo
   assert fp["calibration"]["method"] == "ours"
   assert fp["calibration"]["noise_multiplier"] == plan.noise_multiplier
   assert fp["calibration"]["clip_norm"] == plan.clip_norm
+  # A cohort-vectorized process gets its clients, and the padding, as arrays.
+  import types  # pylint: disable=g-import-not-at-top
+  from tff_idp.rpdp import records, vectorized  # pylint: disable=g-import-not-at-top
+  cohort = types.SimpleNamespace(
+      cohort_update=object.__new__(vectorized.VectorizedRecordDpUpdate))
+  with pytest.raises(Stop):
+    record_level.run_record_level(cohort, fed, plan, 3, "unused", progress=False,
+                                  hyperparameters=HP)
+  client = seen["client_input_fn"]("c1", 1)
+  assert isinstance(client, records.RecordArrays) and len(client.y) == fed.sizes["c1"]
+  padding = seen["padding_input_fn"]()
+  assert isinstance(padding, records.RecordArrays) and len(padding.y) == 0
