@@ -490,10 +490,12 @@ def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(mo
   debug mode and the calibration under the checkpoint format's keys (a renamed key
   would refuse every existing checkpoint; a dropped piece would let a resume under other
   data, another model or the other noise mode through).
-  A cohort-vectorized process gets arrays, not datasets, for its clients and padding.
+  The clients' rates follow the run's ledger, an audit's canaries reach the clients'
+  data, and a cohort-vectorized process gets arrays for its clients and padding.
   Bugs caught: progress or restart dropped or None, no padding, data/model/noise mode
-  left out of the fingerprint, the calibration's keys renamed, the vectorized process
-  not recognised (datasets handed to it)."""
+  left out of the fingerprint, the calibration's keys renamed, the ledger not handed to
+  the client data (the plan's rates used: exhausted records keep being sampled), the
+  canaries dropped, the vectorized process not recognised (datasets handed to it)."""
   from tff_idp.engine import fingerprint as fingerprint_lib  # pylint: disable=g-import-not-at-top
   seen = {}
 
@@ -529,6 +531,25 @@ def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(mo
   assert fp["calibration"]["method"] == "ours"
   assert fp["calibration"]["noise_multiplier"] == plan.noise_multiplier
   assert fp["calibration"]["clip_norm"] == plan.clip_norm
+  # The clients' rates come from the run's ledger (its exclusions), not the plan.
+  ledger = seen["ledger"]
+  monkeypatch.setattr(ledger, "current_rates",
+                      lambda cid: np.zeros(fed.sizes[cid], np.float32))
+  np.testing.assert_array_equal(_collect(seen["client_input_fn"]("c1", 1))["q"],
+                                np.zeros(fed.sizes["c1"]))
+  # An audit's canaries reach the clients' data and the padding has their field.
+
+  class Canaries(_FakeCanaries):
+    def identity(self):
+      return {"canaries": 1}
+
+  with pytest.raises(Stop):
+    record_level.run_record_level(object(), fed, plan, 3, "unused", progress=False,
+                                  hyperparameters=HP, canaries=Canaries())
+  np.testing.assert_array_equal(_collect(seen["client_input_fn"]("c1", 1))["canary"],
+                                [-1] * fed.sizes["c1"] + [0])
+  assert "canary" in seen["padding_input_fn"]().element_spec
+  assert seen["run_fingerprint"]["data"]["canaries"] == {"canaries": 1}
   # A cohort-vectorized process gets its clients, and the padding, as arrays.
   import types  # pylint: disable=g-import-not-at-top
   from tff_idp.rpdp import records, vectorized  # pylint: disable=g-import-not-at-top
