@@ -531,6 +531,10 @@ def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(mo
   assert fp["calibration"]["method"] == "ours"
   assert fp["calibration"]["noise_multiplier"] == plan.noise_multiplier
   assert fp["calibration"]["clip_norm"] == plan.clip_norm
+  # The calibration's summary without its wall time (a recalibration takes another time).
+  assert "seconds" in plan.calibration and "seconds" not in fp["calibration"]["summary"]
+  assert fp["calibration"]["summary"] == fingerprint_lib.canonical(
+      {k: v for k, v in plan.calibration.items() if k != "seconds"})
   # The clients' rates come from the run's ledger (its exclusions), not the plan.
   ledger = seen["ledger"]
   monkeypatch.setattr(ledger, "current_rates",
