@@ -267,7 +267,8 @@ def test_apple_blocked_loop_fixes_the_q_side_typo_by_default():
   endpoint divergences (``fix_typo=True``). At n = 2,000, ε0 = 1, ε = 0.12 the shipped
   typo (``max(upper, upper)``) gives about half that δ (3.7e-6 against 6.7e-6; the exact
   clone reduction's is 2.0e-6), so the typo is not harmless at every (n, ε) even where
-  ``numeric_apple``'s ε is unchanged. Bug caught: the typo's form as the default."""
+  ``numeric_apple``'s ε is unchanged. Bug caught: the typo's form as the default (of the
+  loops or of ``numeric_apple``)."""
   n, eps0, eps = 2000, 1.0, 0.12
   p = math.exp(-eps0)
   binom = stats.binom(n - 1, p)
@@ -281,6 +282,11 @@ def test_apple_blocked_loop_fixes_the_q_side_typo_by_default():
   # The first release's loop too (there the typo moves δ only in the last digits: n odd).
   half = lambda **kw: fmt22.apple_deltacomp_half(n + 1, eps0, eps, 1.0, 100, **kw)
   assert half() == half(fix_typo=True) != half(fix_typo=False)
+  # And the reported ε: at n = 5,000, δ = 1e-8 the typo lowers it (0.10163 against 0.10285;
+  # both above the exact 0.09903), so numeric_apple's default is the fixed form too.
+  fixed_eps = fmt22.numeric_apple(5000, 1.0, 1e-8, fix_typo=True)
+  assert fmt22.numeric_apple(5000, 1.0, 1e-8) == fixed_eps
+  assert fmt22.numeric_apple(5000, 1.0, 1e-8, fix_typo=False) < fixed_eps
 
 
 # --- Apple's blocked loops on a small n, blocks laid out by hand ---------------------------

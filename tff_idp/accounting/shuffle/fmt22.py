@@ -15,12 +15,13 @@ privAmp/computeamplification.py). Three forms:
   in blocks of ``step``, each block charged its worse endpoint, binary search
   with ``num_iterations`` halvings started at the closed form), with the
   ``deltaqadd = max(deltaq_upperc, deltaq_upperc)`` typo fixed unless
-  ``fix_typo=False`` (notes §2.8 D4). For the ε that :func:`numeric_apple`
-  reports the typo is harmless on the settings tested (identical at n = 10⁴):
-  P_c and Q_c are mirror images (k ↦ c+1−k). δ(ε) itself can move, because the
-  q-side sum enters the loop's early stop: at n = 2,000, ε0 = 1, ε = 0.12
+  ``fix_typo=False`` (notes §2.8 D4). P_c and Q_c are mirror images
+  (k ↦ c+1−k), so the typo never raises the q-side sum, but that sum enters the
+  loop's early stop, so δ(ε) moves: at n = 2,000, ε0 = 1, ε = 0.12
   :func:`apple_deltacomp` gives 6.7e-6 fixed and 3.7e-6 with the typo (the
-  exact reduction: 2.0e-6), so the fixed form is the default. What moves the
+  exact reduction: 2.0e-6). The reported ε is identical at n = 10⁴ but not
+  everywhere: at n = 5,000, ε0 = 1, δ = 1e-8 it is 0.10285 fixed and 0.10163
+  with the typo (exact: 0.09903). The fixed form is the default. What moves the
   reported ε is the block layout: Apple's first release (``loop="half"``, blocks
   around n/2) gives the notes' 0.07050 / 0.02736 / 0.17248, the later one
   (``loop="expectation"``, blocks around (n−1)e^{−ε0}, also in the APES copy)
