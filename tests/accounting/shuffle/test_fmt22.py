@@ -520,3 +520,47 @@ def test_numeric_apple_never_under_reports_at_small_n(n):
   if n <= 100:  # as shipped (EoN's published numeric keeps it): no block, δ = 0
     assert fmt22.apple_deltacomp(*args) == 0.0
   assert fmt22.apple_deltacomp_half(n, eps0, 0.3, 1.0, 100) >= exact_delta * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("fix_typo", [True, False])
+@pytest.mark.parametrize("n,eps0,step", [
+    (1000, 1.0, 10),  # the first release's typo moves its ε here
+    (500, 1.0025736, 20),  # (n − 1)e^{−ε0} = 183.1: one trial less would start at 183
+])
+def test_numeric_apple_is_the_bisection_of_its_loop_with_binomial_block_masses(
+    fix_typo, n, eps0, step):
+  """Property (the definition): ``numeric_apple`` bisects [0, eps_upper] (the closed form
+  inside FMT22's regime, else ε0) on Apple's loop with exact Bin(n − 1, e^{−ε0}) block
+  masses stepping out from (n − 1)·e^{−ε0}, charging the unreached mass, with the
+  caller's ``fix_typo``; ``loop="half"`` on the first release's loop the same way.
+  Bugs caught: the binomial's trial count or the expectation off by one, ``fix_typo`` not
+  passed on (either loop), the unreached mass not asked for."""
+  delta, it = 1e-4, 25
+  p = math.exp(-eps0)
+  binom = stats.binom(n - 1, p)
+  mass = lambda lo, hi: float(binom.cdf(hi) - binom.cdf(lo) + binom.pmf(lo))
+  upper = fmt22.closed_form(n, eps0, delta)
+  assert upper < eps0  # inside the regime
+  want = fmt22.binary_search(
+      lambda e: fmt22.apple_deltacomp(n, (n - 1) * p, mass, _alpha(eps0), e, delta, step,
+                                      True, fix_typo, charge_unexplored=True),
+      delta, it, upper)
+  assert fmt22.numeric_apple(n, eps0, delta, it, step, fix_typo) == want
+  half = fmt22.binary_search(
+      lambda e: fmt22.apple_deltacomp_half(n, eps0, e, delta, step, fix_typo), delta, it,
+      upper)
+  assert fmt22.numeric_apple(n, eps0, delta, it, step, fix_typo, loop="half") == half
+
+
+def test_numeric_apple_searches_below_the_closed_form_inside_its_regime():
+  """Property: inside FMT22's regime, ε0 < ln(n/(16 ln(4/δ))), the bisection runs over
+  [0, closed form], so the answer is a multiple of closed_form/2^iterations; just inside
+  the boundary (n = 10⁴, δ = 1e-8: ε0 = 3.445 against 3.4528) too. Bugs caught: the
+  regime's constants changed (17 for 16, 5/δ for 4/δ: the search then starts from ε0)."""
+  n, delta, it = 10_000, 1e-8, 12
+  for eps0 in (1.0, 3.445):
+    upper = fmt22.closed_form(n, eps0, delta)
+    assert upper < eps0
+    got = fmt22.numeric_apple(n, eps0, delta, it)
+    k = got / upper * 2**it
+    assert k == pytest.approx(round(k), abs=1e-6), (eps0, k)
