@@ -447,18 +447,6 @@ def test_run_record_level_refuses_hyperparameters_it_cannot_fingerprint():
                                     hyperparameters=bad)
 
 
-def test_run_record_level_defaults_are_the_shared_rpdp_defaults():
-  """Property: one set of defaults: the library runner evaluates and checkpoints as often
-  as ``experiments.rpdp``'s flags (``tff_idp.rpdp.defaults``), and shows progress by
-  default. Bug caught: a cadence default drifting from the shared one."""
-  import inspect  # pylint: disable=g-import-not-at-top
-  from tff_idp.rpdp.defaults import DEFAULTS  # pylint: disable=g-import-not-at-top
-  params = inspect.signature(record_level.run_record_level).parameters
-  assert params["eval_every"].default == DEFAULTS["eval_every"]
-  assert params["checkpoint_every"].default == DEFAULTS["checkpoint_every"]
-  assert params["progress"].default is True
-
-
 @pytest.mark.usefixtures("tff_runtime")
 def test_insecure_mode_reproduces_the_client_sampling_too(tmp_path):
   """Property: the NOT PRIVATE debug mode reproduces a whole run from its seed, the
@@ -483,6 +471,42 @@ def test_insecure_mode_reproduces_the_client_sampling_too(tmp_path):
   np.testing.assert_array_equal(w1, w2)
 
 
+class _Stop(Exception):
+  """Raised by _fake_driver's run: everything it was given is in hand by then."""
+
+
+def _fake_driver(monkeypatch) -> dict:
+  """Replaces run_record_level's RoundDriver; returns the dict of what it is given."""
+  seen = {}
+
+  class FakeDriver:
+    def __init__(self, **kwargs):
+      seen.clear()
+      seen.update(kwargs)
+
+    def run(self, rounds):
+      raise _Stop(rounds)
+
+  monkeypatch.setattr(record_level, "RoundDriver", FakeDriver)
+  return seen
+
+
+def test_run_record_level_defaults_are_the_shared_rpdp_defaults(monkeypatch):
+  """Property: one set of defaults: the library runner evaluates and checkpoints as often
+  as ``experiments.rpdp``'s flags (``tff_idp.rpdp.defaults``) and shows progress unless
+  told not to, as its driver receives them. Bug caught: a cadence or progress default
+  drifting from the shared one."""
+  from tff_idp.rpdp.defaults import DEFAULTS  # pylint: disable=g-import-not-at-top
+  seen = _fake_driver(monkeypatch)
+  fed = _federation()
+  plan = record_level.make_record_plan("ours", _budgets(fed), PARAMS, 1.0)
+  with pytest.raises(_Stop):
+    record_level.run_record_level(object(), fed, plan, 0, "unused", hyperparameters=HP)
+  assert seen["eval_every"] == DEFAULTS["eval_every"]
+  assert seen["checkpoint_every"] == DEFAULTS["checkpoint_every"]
+  assert seen["progress"] is True
+
+
 def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(monkeypatch):
   """Property: what ``run_record_level`` gives its round driver, read without running:
   ``progress`` and ``restart`` as asked, a padding client with no records, and a
@@ -497,23 +521,11 @@ def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(mo
   the client data (the plan's rates used: exhausted records keep being sampled), the
   canaries dropped, the vectorized process not recognised (datasets handed to it)."""
   from tff_idp.engine import fingerprint as fingerprint_lib  # pylint: disable=g-import-not-at-top
-  seen = {}
-
-  class Stop(Exception):
-    pass
-
-  class FakeDriver:
-    def __init__(self, **kwargs):
-      seen.update(kwargs)
-
-    def run(self, rounds):
-      raise Stop(rounds)
-
-  monkeypatch.setattr(record_level, "RoundDriver", FakeDriver)
+  seen = _fake_driver(monkeypatch)
   fed = _federation()
   plan = record_level.make_record_plan("ours", _budgets(fed), PARAMS, 1.0)
   builder = lambda: models.build_logistic_regression(5, 3, seed=0)
-  with pytest.raises(Stop):
+  with pytest.raises(_Stop):
     record_level.run_record_level(object(), fed, plan, 3, "unused", progress=False,
                                   fingerprint="my-data", insecure_reproducible_noise=True,
                                   hyperparameters=HP, keras_builder=builder, restart=True)
@@ -547,7 +559,7 @@ def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(mo
     def identity(self):
       return {"canaries": 1}
 
-  with pytest.raises(Stop):
+  with pytest.raises(_Stop):
     record_level.run_record_level(object(), fed, plan, 3, "unused", progress=False,
                                   hyperparameters=HP, canaries=Canaries())
   np.testing.assert_array_equal(_collect(seen["client_input_fn"]("c1", 1))["canary"],
@@ -559,7 +571,7 @@ def test_run_record_level_hands_the_driver_its_settings_and_whole_fingerprint(mo
   from tff_idp.rpdp import records, vectorized  # pylint: disable=g-import-not-at-top
   cohort = types.SimpleNamespace(
       cohort_update=object.__new__(vectorized.VectorizedRecordDpUpdate))
-  with pytest.raises(Stop):
+  with pytest.raises(_Stop):
     record_level.run_record_level(cohort, fed, plan, 3, "unused", progress=False,
                                   hyperparameters=HP)
   client = seen["client_input_fn"]("c1", 1)
