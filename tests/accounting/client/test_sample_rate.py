@@ -633,3 +633,55 @@ def test_tighten_rate_keeps_a_rate_at_the_budget_and_raises_only_below_the_slack
     monkeypatch.setattr(sample_rate.exact, "epsilon", exact_eps)
     assert sample_rate.tighten_rate(0.3, target, 1.0, 10, 1e-5, "rdp") == (0.3, eps_below)
     assert calls == [0.3]
+
+
+def test_searches_bracket_as_documented_and_reach_the_tolerance_they_are_given():
+  """Property (the cheap searches' brackets, which decide their cost): the rate search
+  steps ×1.25 up from a hint, or from ``max_rate`` down by /4 without one; the noise
+  search halves t = 1/σ from 1, then tries twice the feasible t; both then reach the
+  caller's tolerance (1e-12 here, not their default 1e-7 or ``largest_feasible``'s
+  1e-6). Bugs caught: other bracket factors or directions, the hint ignored, the
+  tolerance not passed on."""
+  qs = []
+
+  def linear(q, sigma, rounds, delta):
+    qs.append(q)
+    return q
+  q = sample_rate.search_sample_rate(0.5, 1e-5, 1.0, 1, linear, 1.0, hint=0.1, rtol=1e-12)
+  assert qs[:3] == pytest.approx([0.1, 0.125, 0.15625], rel=1e-12)
+  assert q == pytest.approx(0.5, rel=1e-11) and q <= 0.5
+  qs.clear()
+  sample_rate.search_sample_rate(0.5, 1e-5, 1.0, 1, linear, 1.0, rtol=1e-12)
+  assert qs[:2] == pytest.approx([1.0, 0.25], rel=1e-12)
+  sigmas = []
+
+  def steep(q, sigma, rounds, delta):  # ε = (1/σ)^8: curved and steep in log t
+    sigmas.append(sigma)
+    return sigma**-8
+  sigma = sample_rate.search_noise(0.3**8, 1e-5, 0.1, 1, steep, rtol=1e-12)
+  assert sigmas[:4] == pytest.approx([1.0, 2.0, 4.0, 2.0], rel=1e-12)
+  assert sigma == pytest.approx(1 / 0.3, rel=1e-10) and sigma**-8 <= 0.3**8
+
+
+def test_get_noise_and_get_sample_rate_search_with_each_accountants_tolerance(monkeypatch):
+  """Property (cost): the public calibrations hand the cheap searches the tolerance of
+  the search ε they use (``SEARCH_RTOL``: 2e-4 for PLD, not the searches' default 1e-7;
+  the rate's first, integer-order RDP search uses its own 1e-7). Bug caught: the
+  tolerance dropped in either."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  seen = []
+
+  def recording(name, real):
+    def wrapper(*args, **kwargs):
+      bound = inspect.signature(real).bind(*args, **kwargs)
+      bound.apply_defaults()
+      seen.append((name, bound.arguments["rtol"]))
+      return real(*args, **kwargs)
+    return wrapper
+  monkeypatch.setattr(sample_rate, "search_sample_rate",
+                      recording("rate", sample_rate.search_sample_rate))
+  monkeypatch.setattr(sample_rate, "search_noise", recording("noise", sample_rate.search_noise))
+  sample_rate.get_sample_rate(2.0, 1e-5, 1.0, 20, "pld")
+  sample_rate.get_noise(2.0, 1e-5, 0.05, 20, "pld")
+  pld, rdp_int = sample_rate.SEARCH_RTOL["pld"], sample_rate.SEARCH_RTOL["rdp_int"]
+  assert seen == [("rate", rdp_int), ("rate", pld), ("noise", pld)], seen
