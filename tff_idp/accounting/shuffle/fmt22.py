@@ -166,11 +166,11 @@ def apple_deltacomp(n: int, expectation: float,
 def _unexplored(probused: float) -> float:
   """Mass no block reached, charged in full (divergence ≤ 1) by an upper bound.
 
-  Apple's loops return the bare sums when they run out of blocks. With n ≤ step
-  the expectation loop has no block at all (δ = 0 for every ε, so its ε ≈ 0),
-  and for n up to a few steps its blocks can stop short of n − 1; charging what
-  they missed keeps δ(ε) an upper bound (it moves δ by < 1e-15 where the blocks
-  cover everything)."""
+  :func:`apple_deltacomp` as shipped returns the bare sums when it runs out of
+  blocks. With n ≤ step it has no block at all (δ = 0 for every ε, so its ε ≈
+  0), and for n up to a few steps its blocks can stop short of n − 1; charging
+  what they missed keeps δ(ε) an upper bound (it moves δ by < 1e-15 where the
+  blocks cover everything)."""
   return max(0.0, 1.0 - probused)
 
 
