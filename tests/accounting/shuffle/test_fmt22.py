@@ -303,8 +303,8 @@ def _spec_blocked_delta(blocks, mass_of, divergence, delta_upper=1.0, upper_boun
   ``q_side`` charges the q sum differently (the shipped typo). Returns (δ, number of
   blocks whose mass was asked for)."""
   pick = max if upper_bound else min
-  clamped = divergence
-  divergence = lambda c: clamped(max(0, c))
+  unclamped = divergence
+  divergence = lambda c: unclamped(max(0, c))
   q_side = q_side or (lambda lo, hi: pick(divergence(hi), divergence(lo)))
   dp = dq = used = 0.0
   for asked, (lo, hi) in enumerate(blocks, start=1):
