@@ -614,3 +614,28 @@ def test_rates_at_hands_each_groups_last_rate_to_the_next_search(monkeypatch):
   seen.clear()
   rates(1.21)
   assert [(e, h) for e, h, _ in seen] == [(1.0, first[0]), (4.0, first[1]), (2.0, None)]
+
+
+def test_group_sizes_must_be_non_negative_integers():
+  """Property: a negative or fractional group size is refused with one line naming
+  ``group_sizes`` (a negative size would subtract expected clients from the cohort that
+  σ is bracketed against). Bugs caught: the check joined by ``and`` (only sizes both
+  negative and fractional refused), either half dropped."""
+  for sizes in ([-1, 500], [1.5, 500], [100, -2.5]):
+    with pytest.raises(ValueError, match=r"^group_sizes=.* must be non-negative integers"):
+      sample._check_problem([1.0, 2.0], sizes, 1e-4, 100, 20.0, "rdp", 1.0)
+  assert sample._check_problem([1.0, 2.0], [3.0, 500], 1e-4, 100, 20.0, "rdp",
+                               1.0).sizes.tolist() == [3, 500]
+
+
+def test_achieved_epsilon_of_an_unlimited_group_is_infinite_unless_it_is_empty():
+  """Property: a group with an infinite budget is not accounted (its clients are sampled
+  at ``max_rate``), so the calibration reports its achieved ε as ∞ when it has clients,
+  a one-client group included, and 0 only when it is empty. Bug caught: a one-client
+  unlimited group reported at ε = 0 (``> 1`` for ``> 0``), an empty one at 1 or ∞."""
+  problem = sample._check_problem([math.inf, math.inf, math.inf, 1.0], [1, 0, 50, 500],
+                                  1e-4, 100, 20.0, "rdp", 1.0)
+  rates = np.array([1.0, 1.0, 1.0, 0.01])
+  _, achieved = problem.verified_rates_at(2.0, rates)
+  assert achieved[0] == math.inf and achieved[1] == 0.0 and achieved[2] == math.inf
+  assert 0.0 < achieved[3] <= 1.0
