@@ -181,8 +181,9 @@ def main() -> int:
     codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
     for name, code in sorted(codes.items()):
       v = verdict(code)
+      listed_diff = _diff(name, rel) if name in equiv else ""
       if args.pin_equivalents and name in equiv:  # whatever the verdict: a fresh
-        pins[name] = _short(_diff(name, rel))     # generation's mutants are unchecked
+        pins[name] = _short(listed_diff)          # generation's mutants are unchecked
       if v in ("killed", "timeout"):
         cls, diff = "killed", ""
         if name in equiv:
@@ -190,7 +191,7 @@ def main() -> int:
       elif v == "not checked":  # the run was stopped before this mutant
         cls, diff = "unchecked", ""
       elif name in equiv:
-        diff = _diff(name, rel)
+        diff = listed_diff
         how = equivalent_class(name, diff, equiv, pins)
         if how == "moved":
           moved.append((name, diff))
