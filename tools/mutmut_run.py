@@ -34,10 +34,18 @@ mutmut stops at the first failure (``pytest -x``) but hands its tests over in
 set order, so a mutant that a 10 ms test kills could otherwise wait behind
 every TFF test of its module first.
 
+dp-accounting's two costliest pure functions are memoised for the mutants
+(tools/accountant_memo.py): mutmut's clean run records their answers, and the
+fork server hands the record to every mutant, so a mutant that asks the
+accountant what the unmutated code asked gets the answer without the work.
+The stats phase, whose durations set each mutant's timeout, runs without it.
+``MUTATION_ACCOUNTANT_MEMO=0`` turns the memo off (to measure what it saves).
+
 Usage: python tools/mutmut_run.py run --max-children 2   (any mutmut command)
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import sys
@@ -45,6 +53,12 @@ import sys
 import libcst as cst
 from libcst.metadata import PositionProvider
 from mutmut.mutation import file_mutation as fm
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from accountant_memo import AccountantMemo  # pylint: disable=wrong-import-position
+
+# Where the clean run leaves the accountant's answers for the mutants (mutmut's own folder).
+MEMO_PATH = pathlib.Path.cwd() / "mutants" / "accountant_memo.pkl"
 
 _original_skip = fm.MutationVisitor._skip_node_and_children
 
@@ -142,8 +156,36 @@ def _install_test_selection():
   mm.collect_or_load_stats = collect_or_load_stats
 
 
+def _install_accountant_memo(memo_path: pathlib.Path = MEMO_PATH):
+  """The clean run records the accountant's answers; the fork server serves them."""
+  from mutmut.runners import harness  # pylint: disable=g-import-not-at-top
+  original_run_tests = harness.PytestRunner.run_tests
+  original_warm_up = harness.PytestRunner.warm_up
+
+  def run_tests(self, *, mutant_name, tests):
+    tests = list(tests)
+    if mutant_name is not None or not tests:  # a mutant (served by the fork server), or the forced fail
+      return original_run_tests(self, mutant_name=mutant_name, tests=tests)
+    memo = AccountantMemo()  # the clean run, in a child of its own
+    memo.install()
+    try:
+      return original_run_tests(self, mutant_name=mutant_name, tests=tests)
+    finally:
+      memo.save(memo_path)
+      AccountantMemo.uninstall()
+
+  def warm_up(self):
+    original_warm_up(self)
+    AccountantMemo.load(memo_path).install()  # in the fork server, before any mutant's fork
+
+  harness.PytestRunner.run_tests = run_tests
+  harness.PytestRunner.warm_up = warm_up
+
+
 if __name__ == "__main__":
   _install_test_selection()
+  if os.environ.get("MUTATION_ACCOUNTANT_MEMO", "1") != "0":
+    _install_accountant_memo()
   _install_fastest_first()
   from mutmut.__main__ import cli  # pylint: disable=g-import-not-at-top
   sys.argv[0] = "mutmut"
