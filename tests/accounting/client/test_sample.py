@@ -302,6 +302,17 @@ def test_infinite_group_gets_max_rate_and_others_meet_budget():
   assert max(capped.sampling_rates) <= 0.5
 
 
+def test_a_finite_budget_group_that_affords_more_than_the_cap_gets_the_cap():
+  """Property: ``max_rate`` bounds every group's rate, the finite-budget ones whose
+  budget would allow more included (the exact accountant's final raise of each rate
+  stops at the cap too). Bug caught: the cap not handed to that raise (verified_rates_at),
+  so a generous group is sampled at up to 1 against the caller's bound."""
+  cal = sample.get_group_sampling_rates([1.0, 50.0], [500, 20], 1e-5, 200, 40, max_rate=0.3)
+  assert cal.sampling_rates[1] == 0.3
+  assert max(cal.sampling_rates) <= 0.3
+  assert dp_epsilon(cal.sampling_rates[0], cal.noise_multiplier, 200, 1e-5, "rdp") <= 1.0
+
+
 def test_all_infinite_is_non_private_uniform_sampling():
   cal = sample.get_group_sampling_rates([math.inf, math.inf], [300, 100], 1e-5, 50, 40)
   assert cal.noise_multiplier == 0.0
@@ -605,15 +616,16 @@ def test_rates_at_hands_each_groups_last_rate_to_the_next_search(monkeypatch):
     return real(eps, delta, sigma, rounds, eps_fn, max_rate, hint, rtol)
 
   monkeypatch.setattr(sample.sample_rate, "search_sample_rate", recorded)
-  problem = sample._check_problem([1.0, 4.0, 2.0], [300, 700, 0], 1e-5, 1000, 100,
+  problem = sample._check_problem([1.0, 4.0, 2.0, 3.0], [300, 700, 0, 1], 1e-5, 1000, 100,
                                   "pld", 1.0)
   rates = problem.rates_at("pld")
   first = rates(1.2)
-  assert [(e, h) for e, h, _ in seen] == [(1.0, None), (4.0, None), (2.0, None)]
+  assert [(e, h) for e, h, _ in seen] == [(1.0, None), (4.0, None), (2.0, None), (3.0, None)]
   assert {r for _, _, r in seen} == {sample_rate.SEARCH_RTOL["pld"]} != {1e-7}
   seen.clear()
   rates(1.21)
-  assert [(e, h) for e, h, _ in seen] == [(1.0, first[0]), (4.0, first[1]), (2.0, None)]
+  assert [(e, h) for e, h, _ in seen] == [(1.0, first[0]), (4.0, first[1]), (2.0, None),
+                                          (3.0, first[3])]
 
 
 def test_group_sizes_must_be_non_negative_integers():
@@ -626,6 +638,15 @@ def test_group_sizes_must_be_non_negative_integers():
       sample._check_problem([1.0, 2.0], sizes, 1e-4, 100, 20.0, "rdp", 1.0)
   assert sample._check_problem([1.0, 2.0], [3.0, 500], 1e-4, 100, 20.0, "rdp",
                                1.0).sizes.tolist() == [3, 500]
+
+
+def test_a_bad_budget_is_refused_by_its_place_in_the_list():
+  """Property: an invalid ε (≤ 0 or NaN) is refused with one line that names which
+  budget it is (``epsilons[i]``), so a user with many groups knows which to change.
+  Bug caught: the budget's name dropped (the refusal then says ``epsilon=``)."""
+  for bad in (0.0, -1.0, math.nan):
+    with pytest.raises(ValueError, match=r"^epsilons\[1\]=.* is not a valid privacy budget"):
+      sample.get_group_sampling_rates([2.0, bad, 4.0], [10, 10, 10], 1e-5, 100, 5)
 
 
 def test_achieved_epsilon_of_an_unlimited_group_is_infinite_unless_it_is_empty():
