@@ -640,6 +640,58 @@ def test_group_sizes_must_be_non_negative_integers():
                                1.0).sizes.tolist() == [3, 500]
 
 
+def test_bracketing_counts_a_group_infeasible_at_a_trial_sigma_as_empty():
+  """Property: while σ is bracketed, a trial σ at which a strict group would need a
+  rate below MIN_SAMPLING_RATE counts that group as contributing no clients (the
+  lenient rates), so the search goes on to the σ where every group is feasible.
+  Here (ε = 0.5 for 1,000 clients, ε = 20 for 50, one client per round) the bracket's
+  halving passes such a σ before the root. Bug caught: the bracketing asking for the
+  strict rates, so a calibration that exists is refused as infeasible."""
+  cal = sample.get_group_sampling_rates([0.5, 20.0], [1000, 50], 1e-5, 1000, 1.0)
+  assert cal.expected_clients_per_round == pytest.approx(1.0, rel=5e-3)
+  for q, eps in zip(cal.sampling_rates, (0.5, 20.0)):
+    assert dp_epsilon(q, cal.noise_multiplier, 1000, 1e-5, "rdp") <= eps
+
+
+def test_bracketing_starts_from_the_strictest_budget_at_the_uniform_rate(monkeypatch):
+  """Property (cost): σ's bracket starts where Alg. 1 starts, getNoise(ε_min, δ, c/N, I)
+  with N counting every client (empty groups add none). Bug caught: another rate (c·N,
+  none) handed to that search: the bracket then starts elsewhere and spends more
+  accountant calls."""
+  seen = []
+  real = sample_rate.search_noise
+
+  def recorded(eps, delta, q, rounds, eps_fn, rtol=1e-7):
+    seen.append((eps, delta, q, rounds, rtol))
+    return real(eps, delta, q, rounds, eps_fn, rtol)
+
+  monkeypatch.setattr(sample.sample_rate, "search_noise", recorded)
+  sample.get_group_sampling_rates([3.0, 1.0, 2.0], [100, 300, 0], 1e-5, 200, 18)
+  assert seen[0] == (1.0, 1e-5, 18 / 400, 200, sample_rate.SEARCH_RTOL["rdp_int"])
+
+
+def test_the_calibration_records_the_problem_it_solved():
+  """Property: the returned calibration carries the problem as asked (the cohort target
+  c, δ, rounds, accountant, budgets, sizes as integers), which run logs and the plan's
+  fingerprint read back. Bug caught: the cohort target not recorded."""
+  cal = sample.get_group_sampling_rates([3.0, 1.0, 2.0], [100.0, 300, 0], 1e-5, 200, 18)
+  assert cal.target_clients_per_round == 18.0
+  assert (cal.delta, cal.rounds, cal.accountant) == (1e-5, 200, "rdp")
+  assert cal.target_epsilons == (3.0, 1.0, 2.0)
+  assert cal.group_sizes == (100, 300, 0) and all(type(n) is int for n in cal.group_sizes)
+
+
+def test_a_bad_shape_or_cap_is_refused_by_name():
+  """Property: one budget per group size, and a cap in (0, 1], each refused with one
+  line naming what to change. Bugs caught: the lengths' refusal without its message,
+  the cap's refusal naming ``q`` instead of ``max_rate``."""
+  with pytest.raises(ValueError, match=r"^got 2 budgets but 3 group sizes; give one size per budget"):
+    sample.get_group_sampling_rates([1.0, 2.0], [10, 10, 10], 1e-5, 100, 5)
+  for cap in (0.0, 1.5):
+    with pytest.raises(ValueError, match=r"^max_rate=.* must lie in \(0, 1\]"):
+      sample.get_group_sampling_rates([1.0, 2.0], [10, 10], 1e-5, 100, 5, max_rate=cap)
+
+
 def test_a_bad_budget_is_refused_by_its_place_in_the_list():
   """Property: an invalid ε (≤ 0 or NaN) is refused with one line that names which
   budget it is (``epsilons[i]``), so a user with many groups knows which to change.
