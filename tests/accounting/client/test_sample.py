@@ -692,6 +692,17 @@ def test_a_bad_shape_or_cap_is_refused_by_name():
       sample.get_group_sampling_rates([1.0, 2.0], [10, 10], 1e-5, 100, 5, max_rate=cap)
 
 
+def test_a_cap_too_low_for_the_cohort_is_refused_with_what_to_change():
+  """Property: when every client sampled at ``max_rate`` still gives fewer than c expected
+  clients (here 200 × 0.2 = 40 < 50), no σ can meet the cohort target: the calibration
+  refuses, in one line naming the cap and the cohort. Bug caught: that refusal without
+  its message."""
+  with pytest.raises(sample_rate.InfeasibleBudgetError,
+                     match=r"^cannot reach 50 expected clients per round with max_rate=0.2; "
+                           r"raise max_rate or lower clients_per_round\.$"):
+    sample.get_group_sampling_rates([1.0, 2.0], [100, 100], 1e-5, 100, 50, max_rate=0.2)
+
+
 def test_a_bad_budget_is_refused_by_its_place_in_the_list():
   """Property: an invalid ε (≤ 0 or NaN) is refused with one line that names which
   budget it is (``epsilons[i]``), so a user with many groups knows which to change.
