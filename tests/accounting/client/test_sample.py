@@ -703,6 +703,23 @@ def test_a_cap_too_low_for_the_cohort_is_refused_with_what_to_change():
     sample.get_group_sampling_rates([1.0, 2.0], [100, 100], 1e-5, 100, 50, max_rate=0.2)
 
 
+def test_budgets_too_loose_for_the_cohort_at_any_noise_are_refused():
+  """Property: when the cohort exceeds c at every σ down to MIN_NOISE_MULTIPLIER (budgets
+  of ε = 10⁶ and 2·10⁶ keep 10.06 clients per round even at σ = 0.001), no σ meets
+  Alg. 1's cohort target, and the calibration refuses in one line with what to change
+  (it used to return σ = 0.001 with 20 expected clients per round for the 5 asked).
+  σ = 0.001 itself is tried, so a root between it and the last halving is still found.
+  Bugs caught (mutation testing found the old branch): σ_lo < MIN handled by returning
+  nothing or the tiny σ itself, or by a root search on a bracket without a sign change."""
+  with pytest.raises(sample_rate.InfeasibleBudgetError,
+                     match=r"^the budgets are so loose that even at noise multiplier 0.001 the "
+                           r"groups give 10.06 > 5 expected clients per round; lower max_rate"):
+    sample.get_group_sampling_rates([1e6, 2e6], [10, 10], 1e-5, 1, 5.0)
+  # With the cap at c/N the same budgets calibrate: every client at the cap.
+  cal = sample.get_group_sampling_rates([1e6, 2e6], [10, 10], 1e-5, 1, 5.0, max_rate=0.25)
+  assert cal.sampling_rates == (0.25, 0.25) and cal.expected_clients_per_round == 5.0
+
+
 def test_a_bad_budget_is_refused_by_its_place_in_the_list():
   """Property: an invalid ε (≤ 0 or NaN) is refused with one line that names which
   budget it is (``epsilons[i]``), so a user with many groups knows which to change.

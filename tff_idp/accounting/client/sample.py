@@ -196,11 +196,18 @@ def _bracket_solve(problem: _GroupProblem, search: str, shrink: float
           f"{problem.max_rate}; raise max_rate or lower clients_per_round.")
   sigma_lo = sigma_hi
   while excess(math.log(sigma_lo)) > 0:
-    sigma_lo *= shrink
-    if sigma_lo < sample_rate.MIN_NOISE_MULTIPLIER:
-      break
-  if sigma_lo < sample_rate.MIN_NOISE_MULTIPLIER or sigma_lo == sigma_hi:
-    return (sigma_lo if sigma_lo == sigma_hi else sigma_hi), rates_at
+    if sigma_lo <= sample_rate.MIN_NOISE_MULTIPLIER:  # σ = MIN tried, cohort still above c
+      # Budgets so loose that the cohort exceeds c at every σ: no σ meets Alg. 1's
+      # cohort target, and returning one would silently sample more clients than asked.
+      cohort_at_min = problem.c + excess(math.log(sigma_lo))
+      raise InfeasibleBudgetError(
+          f"the budgets are so loose that even at noise multiplier {sigma_lo:g} the groups "
+          f"give {cohort_at_min:.4g} > {problem.c:g} expected clients per round; lower "
+          "max_rate (to at most clients_per_round / num_clients for every client at the "
+          "cap) or raise clients_per_round.")
+    sigma_lo = max(sigma_lo * shrink, sample_rate.MIN_NOISE_MULTIPLIER)
+  if sigma_lo == sigma_hi:
+    return sigma_hi, rates_at
   return math.exp(optimize.brentq(excess, math.log(sigma_lo), math.log(sigma_hi),
                                   xtol=_SIGMA_XTOL[search], rtol=1e-12)), rates_at
 
@@ -296,7 +303,9 @@ def get_group_sampling_rates(
   Groups with ε = inf, and groups whose budget holds even at q = ``max_rate``,
   get q = ``max_rate``. If all groups have ε = inf the run is non-private:
   σ = 0 and every q = c/N. If the always-included clients alone already reach
-  c, no σ can satisfy the cohort target and a ValueError says what to change.
+  c, no σ can satisfy the cohort target and a ValueError says what to change;
+  likewise if the budgets are so loose that the cohort exceeds c even at
+  σ = ``MIN_NOISE_MULTIPLIER`` (InfeasibleBudgetError).
 
   Stage 1 is a bracketed solve with the cheap integer-order RDP; stage 2 a few
   secant steps with the accountant's own (tighter, costlier) search ε, with
