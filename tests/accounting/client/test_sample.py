@@ -319,6 +319,36 @@ def test_all_infinite_is_non_private_uniform_sampling():
   assert cal.sampling_rates == (0.1, 0.1)
 
 
+def test_a_non_private_run_never_samples_a_finite_budget_client():
+  """Property: when every non-empty group has ε = ∞ the run adds no noise (σ = 0), so a
+  client with a finite budget could never be sampled: an empty finite-budget group gets
+  q = 0 and achieved ε 0, the unlimited groups c/N and ε = ∞ (a one-client group
+  included). Bugs caught: the empty finite group given c/N or 1 (a client joining it
+  later would be sampled without noise), the achieved ε reported as 0 for a one-client
+  unlimited group, ∞ or 1 for the empty one."""
+  cal = sample.get_group_sampling_rates([math.inf, math.inf, 2.0], [299, 1, 0], 1e-5, 50, 30)
+  assert cal.noise_multiplier == 0.0
+  assert cal.sampling_rates == (0.1, 0.1, 0.0)
+  assert cal.achieved_epsilons == (math.inf, math.inf, 0.0)
+
+
+def test_unlimited_clients_that_alone_fill_the_cohort_are_refused():
+  """Property: clients with ε = ∞ are sampled at ``max_rate``; if they alone give c
+  expected clients (here exactly: 50 at rate 1 for c = 50), no room is left for the
+  private groups and the calibration refuses in one line with the cap that would fit.
+  Bugs caught: the equality let through (``>`` for ``>=``), the message dropped or its
+  suggested cap wrong."""
+  with pytest.raises(ValueError, match=(
+      r"^the 50 clients with ε=inf are sampled at rate 1.0 and alone give 50 >= 50 expected "
+      r"clients per round, leaving no room for the private groups; raise clients_per_round "
+      r"above that, or set max_rate below 1\.$")):
+    sample.get_group_sampling_rates([math.inf, 2.0], [50, 100], 1e-5, 50, 50)
+  with pytest.raises(ValueError, match=r"alone give 60 >= 40 .* set max_rate below 0\.5\.$"):
+    sample.get_group_sampling_rates([math.inf, 2.0], [80, 100], 1e-5, 50, 40, max_rate=0.75)
+  with pytest.raises(ValueError, match=r"^the 1 clients .* alone give 1 >= 0.8 .* below 0\.8\.$"):
+    sample.get_group_sampling_rates([math.inf, 2.0], [1, 100], 1e-5, 50, 0.8)
+
+
 def test_cohort_equal_to_population_samples_everyone():
   eps, sizes, delta, rounds = [1.0, 2.0], [100, 50], 1e-5, 100
   cal = sample.get_group_sampling_rates(eps, sizes, delta, rounds, 150)
@@ -537,24 +567,28 @@ def test_get_noise_is_the_smallest_feasible_sigma_when_the_search_is_loose():
   assert sigma == pytest.approx(1 / t_star, rel=1e-2)
 
 
-@pytest.mark.parametrize("budgets,sizes", [([2.0], [1]), ([1.0, 4.0], [3, 5])])
-def test_saturated_cohort_gets_the_smallest_noise_that_keeps_every_rate_at_one(budgets,
-                                                                                 sizes):
+@pytest.mark.parametrize("budgets,sizes,accountant", [([2.0], [1], "rdp"),
+                                                      ([1.0, 4.0], [3, 5], "rdp"),
+                                                      ([2.0], [1], "pld")])
+def test_saturated_cohort_gets_the_smallest_noise_that_keeps_every_rate_at_one(
+    budgets, sizes, accountant):
   """c = N: every client joins every round, and σ ≤ max_p getNoise(ε_p, δ, 1, I).
 
   The cohort is flat in σ once every rate is capped, so a root search alone
   would return some larger σ on the flat part (found by the property test
-  above: 0.23% too much noise at ε = 2, one client).
+  above: 0.23% too much noise at ε = 2, one client). Under PLD the σ is PLD's
+  getNoise (bug caught: the saturated σ computed with the default RDP accountant,
+  about 8% more noise than PLD certifies here).
   """
   delta, rounds = 1e-5, 50
-  cal = sample.get_group_sampling_rates(budgets, sizes, delta, rounds, sum(sizes))
+  cal = sample.get_group_sampling_rates(budgets, sizes, delta, rounds, sum(sizes), accountant)
   assert cal.sampling_rates == (1.0,) * len(sizes)
-  expected = max(sample.get_noise(e, delta, 1.0, rounds) for e in budgets)
+  expected = max(sample.get_noise(e, delta, 1.0, rounds, accountant) for e in budgets)
   # getNoise stops tightening within 0.1% of the budget edge; never above it.
   assert cal.noise_multiplier <= expected
   assert cal.noise_multiplier == pytest.approx(expected, rel=2e-3)
   for e, q in zip(budgets, cal.sampling_rates):
-    assert dp_epsilon(q, cal.noise_multiplier, rounds, delta, "rdp") <= e
+    assert dp_epsilon(q, cal.noise_multiplier, rounds, delta, accountant) <= e
 
 
 @pytest.mark.parametrize("overshoot", [1.005, 1.0001, 1.0 + 1e-9])
