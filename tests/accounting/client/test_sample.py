@@ -774,3 +774,93 @@ def test_achieved_epsilon_of_an_unlimited_group_is_infinite_unless_it_is_empty()
   _, achieved = problem.verified_rates_at(2.0, rates)
   assert achieved[0] == math.inf and achieved[1] == 0.0 and achieved[2] == math.inf
   assert 0.0 < achieved[3] <= 1.0
+
+
+# Stage by stage: each later stage of the solver corrects what an earlier one got wrong,
+# so an end-to-end calibration hides a broken stage (it only costs more evaluations).
+
+
+def _stage1(epsilons, sizes, rounds, c, delta=1e-5):
+  problem = sample._check_problem(epsilons, sizes, delta, rounds, c, "rdp", 1.0)
+  sigma1, rates_at1 = sample._bracket_solve(problem, "rdp_int", 0.5)
+  return problem, sigma1, rates_at1
+
+
+def test_refine_moves_sigma_to_the_cohort_under_the_costlier_epsilon():
+  """Property: stage 2 (Alg. 1's σ, refined) ends with Σ_p |G_p| q_p(σ) = c within
+  ``_COHORT_RTOL`` under the accountant's own search ε, here RDP with fractional
+  orders, where the integer-order stage-1 rates leave 2–4% of the budgets unused (the
+  cohort 6% off). Bugs caught: the skip test always true (its tolerance divided, or
+  its groups dropped), so stage 1's σ is kept."""
+  problem, sigma1, rates_at1 = _stage1([1.0, 2.0], [5000, 5000], 100, 100.0)
+  refined_rates = problem.rates_at("rdp")
+  start = math.log(problem.cohort(refined_rates(sigma1, lenient=True)) / 100.0)
+  assert abs(start) > 0.05
+  sigma2, rates_at2 = sample._refine(problem, "rdp", sigma1, rates_at1)
+  assert rates_at2 is not rates_at1 and sigma2 < sigma1
+  cohort = problem.cohort(problem.rates_at("rdp")(sigma2, lenient=True))
+  assert abs(math.log(cohort / 100.0)) <= sample._COHORT_RTOL
+
+
+def test_refine_keeps_stage_one_when_it_already_uses_every_budget():
+  """Property (cost): where the integer orders are optimal (stage 1's rates use every
+  budget under the costlier ε to within ``_SKIP_RTOL``), stage 2 returns stage 1's σ and
+  rates without a single refined search. Bugs caught: the skip's threshold raised
+  above the budget (``1 + r`` or ``2 − r``), so stage 2 always runs."""
+  problem, sigma1, rates_at1 = _stage1([0.5, 1.0], [1000, 1000], 1000, 20.0)
+  sigma2, rates_at2 = sample._refine(problem, "rdp", sigma1, rates_at1)
+  assert (sigma2, rates_at2) == (sigma1, rates_at1)
+
+
+def test_refine_takes_no_step_when_the_cohort_already_matches(monkeypatch):
+  """Property (cost): a group capped at rate 1 cannot use its budget, so the skip test
+  fails, but the refined rates give the same cohort (to ``_COHORT_RTOL``): stage 2 then
+  keeps σ without a secant step. Bug caught: the cohort check comparing f₀ + target."""
+  problem, sigma1, rates_at1 = _stage1([1.0, 20.0], [10000, 1], 100, 1000.0)
+
+  def no_steps(*args, **kwargs):
+    raise AssertionError("stage 2 took a secant step")
+
+  monkeypatch.setattr(sample, "secant_on_log", no_steps)
+  sigma2, rates_at2 = sample._refine(problem, "rdp", sigma1, rates_at1)
+  assert sigma2 == sigma1 and rates_at2 is not rates_at1
+
+
+@pytest.mark.parametrize("c,scale", [(100.0, 1.0), (0.8, 0.3)])
+def test_rematch_returns_the_verified_trial_closest_to_the_cohort(monkeypatch, c, scale):
+  """Property: stage 3 evaluates verified rates at trial σ and returns the one, the
+  start included, whose cohort is closest to c (so it never does worse than its start).
+  The secant is replaced by a fixed list of trials around the root (each still verified
+  by the real stage), so the choice is checked on every ordering of better and worse
+  (closer to the root for c < 1, where the cohort is steeper in log σ).
+  Bugs caught: the start's or a trial's distance computed as |f + log c|, the
+  comparison made against σ instead of the best distance, the start's cohort floored at
+  one client (c < 1: a start closer than every trial is then passed over)."""
+  problem, sigma1, rates_at1 = _stage1([1.0, 2.0], [5000, 5000], 100, c)
+  rates_at = problem.rates_at("rdp")
+  root = math.log(sample._refine(problem, "rdp", sigma1, rates_at1)[0])
+  target = math.log(c)
+
+  def distance(x):
+    rates, _ = problem.verified_rates_at(math.exp(x), rates_at(math.exp(x)))
+    return abs(math.log(problem.cohort(rates)) - target)
+
+  offsets = {"start": 0.02, "near": 0.002, "far": -0.05, "worse": 0.03, "nearer": -0.0005}
+  for order in (["far", "near", "worse"], ["near", "far"], ["worse", "far"],
+                ["far", "near", "nearer", "worse"]):
+    xs = [root + scale * offsets[name] for name in order]
+
+    def fixed_trials(f, x0, f0, tgt, *, max_steps, tol, _xs=xs):
+      return _xs[-1], [(x, f(x)) for x in _xs]
+
+    monkeypatch.setattr(sample, "secant_on_log", fixed_trials)
+    x0 = root + scale * offsets["start"]
+    rates0, achieved0 = problem.verified_rates_at(math.exp(x0), rates_at(math.exp(x0)))
+    sigma, rates, achieved = sample._rematch(problem, rates_at, math.exp(x0), rates0, achieved0)
+    best = min([x0] + xs, key=distance)
+    assert sigma == pytest.approx(math.exp(best), rel=1e-12), order
+    # The rates are the verified ones of that σ (a search from another hint may end
+    # within its tolerance elsewhere).
+    assert problem.cohort(rates) == pytest.approx(
+        problem.cohort(problem.verified_rates_at(sigma, rates_at(sigma))[0]), rel=1e-3)
+    assert all(a <= e for a, e in zip(achieved, problem.eps))
