@@ -864,3 +864,40 @@ def test_rematch_returns_the_verified_trial_closest_to_the_cohort(monkeypatch, c
     assert problem.cohort(rates) == pytest.approx(
         problem.cohort(problem.verified_rates_at(sigma, rates_at(sigma))[0]), rel=1e-3)
     assert all(a <= e for a, e in zip(achieved, problem.eps))
+
+
+@pytest.mark.parametrize("raise_by,rematched", [(1.0005, False), (1.01, True)])
+def test_stage_three_runs_only_when_the_verified_rates_overshoot_the_cohort(
+    monkeypatch, raise_by, rematched):
+  """Property (control flow): stage 3 runs only when the exact accountant raised the
+  rates (the verified cohort exceeds the searched one) *and* the cohort then exceeds c
+  by more than ``_COHORT_RTOL``; when no trial beats its start, the start's verified
+  rates and ε are returned. The exact raise is simulated (every verified rate × 1.0005,
+  inside the tolerance, or × 1.01, outside) and the secant finds no trial. Bugs
+  caught: the two conditions joined by ``or``, the tolerance below c, the start's ε
+  not handed to stage 3."""
+  real_verified = sample._GroupProblem.verified_rates_at
+
+  def raised(self, sigma, rates):
+    verified, achieved = real_verified(self, sigma, rates)
+    return np.minimum(verified * raise_by, 1.0), achieved
+
+  calls = []
+  real_rematch, real_secant = sample._rematch, sample.secant_on_log
+
+  def recorded(*args):  # stage 3 with a secant that finds no trial
+    calls.append(args[2])
+    monkeypatch.setattr(sample, "secant_on_log", lambda f, x0, *a, **k: (x0, []))
+    try:
+      return real_rematch(*args)
+    finally:
+      monkeypatch.setattr(sample, "secant_on_log", real_secant)
+
+  monkeypatch.setattr(sample._GroupProblem, "verified_rates_at", raised)
+  monkeypatch.setattr(sample, "_rematch", recorded)
+  cal = sample.get_group_sampling_rates([1.0, 2.0], [5000, 5000], 1e-5, 100, 100.0)
+  assert bool(calls) == rematched
+  assert cal.expected_clients_per_round == pytest.approx(100.0 * raise_by, rel=1e-4)
+  assert all(a <= e for a, e in zip(cal.achieved_epsilons, cal.target_epsilons))
+  if rematched:
+    assert cal.noise_multiplier == calls[0]
