@@ -841,28 +841,30 @@ def test_rematch_returns_the_verified_trial_closest_to_the_cohort(monkeypatch, c
   root = math.log(sample._refine(problem, "rdp", sigma1, rates_at1)[0])
   target = math.log(c)
 
-  def distance(x):
-    rates, _ = problem.verified_rates_at(math.exp(x), rates_at(math.exp(x)))
-    return abs(math.log(problem.cohort(rates)) - target)
-
   offsets = {"start": 0.02, "near": 0.002, "far": -0.05, "worse": 0.03, "nearer": -0.0005}
+  points = {name: root + scale * offset for name, offset in offsets.items()}
+  verified = {name: problem.verified_rates_at(math.exp(x), rates_at(math.exp(x)))
+              for name, x in points.items()}
+  distance = {name: abs(math.log(problem.cohort(verified[name][0])) - target)
+              for name in points}
+  x0 = points["start"]
   for order in (["far", "near", "worse"], ["near", "far"], ["worse", "far"],
                 ["far", "near", "nearer", "worse"]):
-    xs = [root + scale * offsets[name] for name in order]
+    xs = [points[name] for name in order]
 
     def fixed_trials(f, x0, f0, tgt, *, max_steps, tol, _xs=xs):
       return _xs[-1], [(x, f(x)) for x in _xs]
 
     monkeypatch.setattr(sample, "secant_on_log", fixed_trials)
-    x0 = root + scale * offsets["start"]
-    rates0, achieved0 = problem.verified_rates_at(math.exp(x0), rates_at(math.exp(x0)))
-    sigma, rates, achieved = sample._rematch(problem, rates_at, math.exp(x0), rates0, achieved0)
-    best = min([x0] + xs, key=distance)
+    sigma, rates, achieved = sample._rematch(problem, rates_at, math.exp(x0),
+                                             *verified["start"])
+    best = points[min(["start"] + order, key=distance.get)]
     assert sigma == pytest.approx(math.exp(best), rel=1e-12), order
     # The rates are the verified ones of that σ (a search from another hint may end
     # within its tolerance elsewhere).
-    assert problem.cohort(rates) == pytest.approx(
-        problem.cohort(problem.verified_rates_at(sigma, rates_at(sigma))[0]), rel=1e-3)
+    best_name = min(["start"] + order, key=distance.get)
+    assert problem.cohort(rates) == pytest.approx(problem.cohort(verified[best_name][0]),
+                                                  rel=1e-3)
     assert all(a <= e for a, e in zip(achieved, problem.eps))
 
 
