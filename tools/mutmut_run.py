@@ -164,9 +164,12 @@ def _install_accountant_memo(memo_path: pathlib.Path = MEMO_PATH):
 
   def run_tests(self, *, mutant_name, tests):
     tests = list(tests)
-    if mutant_name is not None or not tests:  # a mutant (served by the fork server), or the forced fail
+    if mutant_name is not None:  # a mutant: the fork server already serves the memo
       return original_run_tests(self, mutant_name=mutant_name, tests=tests)
-    memo = AccountantMemo()  # the clean run, in a child of its own
+    # The clean run (an empty list means every selected test: a run without names), or the
+    # forced-fail run, whose first call fails and records next to nothing. Each runs in a
+    # child of its own and merges what it recorded into the saved memo.
+    memo = AccountantMemo()
     memo.install()
     try:
       return original_run_tests(self, mutant_name=mutant_name, tests=tests)

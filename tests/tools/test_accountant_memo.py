@@ -127,8 +127,11 @@ def test_save_merges_into_the_saved_memo(tmp_path, memo):
 
 
 def test_mutation_runner_records_in_the_clean_run_and_serves_in_the_fork_server(tmp_path, monkeypatch):
-  """tools/mutmut_run.py: the clean run (no mutant, some tests) saves; the forced-fail
-  run (no tests) and mutants do not; the fork server's warm-up installs what was saved."""
+  """tools/mutmut_run.py: a run without a mutant records and saves (the clean run, with the
+  names' tests or with none, which means every selected test: ``make mutation`` gives no
+  names), a mutant's run does not; the fork server's warm-up installs what was saved.
+  Bug caught: an empty test list taken for the forced-fail run, so ``make mutation``
+  never recorded the memo."""
   harness = pytest.importorskip("mutmut.runners.harness")
   spec = importlib.util.spec_from_file_location(
       "mutmut_run", os.path.join(ROOT, "tools", "mutmut_run.py"))
@@ -147,18 +150,19 @@ def test_mutation_runner_records_in_the_clean_run_and_serves_in_the_fork_server(
   mutmut_run._install_accountant_memo(path)  # pylint: disable=protected-access
   runner = harness.PytestRunner.__new__(harness.PytestRunner)
   try:
-    assert runner.run_tests(mutant_name=None, tests=[]) == 0  # the forced fail
-    assert not path.exists()
     assert runner.run_tests(mutant_name="m__mutmut_1", tests=["t"]) == 0
     assert not path.exists()
-    assert runner.run_tests(mutant_name=None, tests=["t"]) == 0  # the clean run
+    assert runner.run_tests(mutant_name=None, tests=[]) == 0  # the clean run of `make mutation`
     assert not hasattr(rdp_privacy_accountant._compute_log_a, "__wrapped__")  # pylint: disable=protected-access
     assert list(accountant_memo.AccountantMemo.load(path).entries["log_a"].values()) == [
         rdp_privacy_accountant._compute_log_a(0.04, 1.7, 2.5)]  # pylint: disable=protected-access
+    path.unlink()
+    assert runner.run_tests(mutant_name=None, tests=["t"]) == 0  # the clean run of some names
+    assert len(accountant_memo.AccountantMemo.load(path).entries["log_a"]) == 1
     runner.warm_up()
     served = rdp_privacy_accountant._compute_log_a  # pylint: disable=protected-access
     assert hasattr(served, "__wrapped__")
     assert served(0.04, 1.7, 2.5) == served.__wrapped__(0.04, 1.7, 2.5)
   finally:
     accountant_memo.AccountantMemo.uninstall()
-  assert [name for name, _ in seen] == [None, "m__mutmut_1", None]
+  assert [name for name, _ in seen] == ["m__mutmut_1", None, None]
