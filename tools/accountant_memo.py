@@ -25,6 +25,7 @@ accountant afresh.
 from __future__ import annotations
 
 import enum
+import importlib
 import numbers
 import os
 import pathlib
@@ -32,6 +33,10 @@ import pickle
 from typing import Any, Callable, Hashable
 
 _SCALAR_TYPES = (bool, int, float, str, type(None))
+# (module, function, memo table) of each memoised dp-accounting function.
+_MEMOISED = (("dp_accounting.rdp.rdp_privacy_accountant", "_compute_log_a", "log_a"),
+             ("dp_accounting.pld.privacy_loss_distribution", "from_gaussian_mechanism",
+              "gaussian_pld"))
 
 
 def _key_part(value: Any) -> Hashable:
@@ -82,21 +87,17 @@ class AccountantMemo:
 
   def install(self) -> None:
     """Route dp-accounting's module-level calls of both functions through the memo."""
-    from dp_accounting.pld import privacy_loss_distribution  # pylint: disable=g-import-not-at-top
-    from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
-    for module, name, table in ((rdp_privacy_accountant, "_compute_log_a", "log_a"),
-                                (privacy_loss_distribution, "from_gaussian_mechanism",
-                                 "gaussian_pld")):
+    for module_name, name, table in _MEMOISED:
+      module = importlib.import_module(module_name)
       function = getattr(module, name)
       function = getattr(function, "__wrapped__", function)
       setattr(module, name, self.memoised(table, function))
 
   @staticmethod
   def uninstall() -> None:
-    from dp_accounting.pld import privacy_loss_distribution  # pylint: disable=g-import-not-at-top
-    from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
-    for module, name in ((rdp_privacy_accountant, "_compute_log_a"),
-                         (privacy_loss_distribution, "from_gaussian_mechanism")):
+    """Put dp-accounting's own functions back."""
+    for module_name, name, _ in _MEMOISED:
+      module = importlib.import_module(module_name)
       function = getattr(module, name)
       setattr(module, name, getattr(function, "__wrapped__", function))
 
