@@ -1,4 +1,4 @@
-"""Runs mutmut 3 (``make mutation``) with one change: nested decorated functions are mutated.
+"""Runs mutmut 3 (``make mutation``) with the changes below; first, nested decorated functions are mutated.
 
 mutmut skips every decorated function, at any depth, because a decorated
 *top-level* function cannot be given its trampoline safely. Our privacy code
@@ -41,6 +41,17 @@ accountant what the unmutated code asked gets the answer without the work.
 The stats phase, whose durations set each mutant's timeout, runs without it.
 ``MUTATION_ACCOUNTANT_MEMO=0`` turns the memo off (to measure what it saves).
 
+Every mutant's child logs its test run (tools/mutant_log.py:
+``mutants/mutant_times.jsonl``, the wall and CPU seconds, how many tests ran,
+the test that failed first), and the tests that killed earlier mutants of the
+same function, then of the same module, are tried first
+(``MUTATION_KILLERS_FIRST=0`` turns that off). Only the order changes.
+
+mutmut runs every selected test once more (its "clean run") after the stats
+phase; when the stats phase itself ran every selected test in this
+invocation, in the same harness, and they passed, that second run only
+repeats it and is skipped (the memo is recorded in the stats phase instead).
+
 Usage: python tools/mutmut_run.py run --max-children 2   (any mutmut command)
 """
 from __future__ import annotations
@@ -49,6 +60,7 @@ import os
 import pathlib
 import re
 import sys
+import time
 
 import libcst as cst
 from libcst.metadata import PositionProvider
@@ -56,9 +68,12 @@ from mutmut.mutation import file_mutation as fm
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from accountant_memo import AccountantMemo  # pylint: disable=wrong-import-position
+import mutant_log  # pylint: disable=wrong-import-position
 
 # Where the clean run leaves the accountant's answers for the mutants (mutmut's own folder).
 MEMO_PATH = pathlib.Path.cwd() / "mutants" / "accountant_memo.pkl"
+# Where each mutant's child logs its test run (tools/mutant_log.py).
+LOG_PATH = pathlib.Path.cwd() / "mutants" / "mutant_times.jsonl"
 
 _original_skip = fm.MutationVisitor._skip_node_and_children
 
@@ -125,7 +140,8 @@ def fastest_first(tests, duration_by_test: dict[str, float], covering=None) -> l
   return ordered(first) + ordered([t for t in tests if covering is not None and t not in covering])
 
 
-def _install_fastest_first():
+def _install_fastest_first(history: "mutant_log.KillerHistory | None" = None):
+  """Each mutant's tests fastest first, after the earlier killers ``history`` knows of."""
   import mutmut.__main__ as mm  # pylint: disable=g-import-not-at-top
   from mutmut.workers import isolation  # pylint: disable=g-import-not-at-top
   for runner_class in (isolation.ForkServerRunner, isolation.ForkRunner):
@@ -133,7 +149,11 @@ def _install_fastest_first():
 
     def submit(self, mutant_name, tests, cpu_time_limit, estimated_time, _original=original_submit):
       covering = _COVERING.get(mutant_name.rsplit("__mutmut_", 1)[0])
-      ordered = fastest_first(tests, mm.state().duration_by_test, covering)
+      durations = mm.state().duration_by_test
+      ordered = fastest_first(tests, durations, covering)
+      if history is not None:
+        history.refresh()
+        ordered = history.order(ordered, mutant_name, durations)
       return _original(self, mutant_name, ordered, cpu_time_limit, estimated_time)
 
     runner_class.submit = submit
@@ -161,6 +181,7 @@ def _install_accountant_memo(memo_path: pathlib.Path = MEMO_PATH):
   from mutmut.runners import harness  # pylint: disable=g-import-not-at-top
   original_run_tests = harness.PytestRunner.run_tests
   original_warm_up = harness.PytestRunner.warm_up
+  original_run_stats = harness.PytestRunner.run_stats
 
   def run_tests(self, *, mutant_name, tests):
     tests = list(tests)
@@ -181,15 +202,107 @@ def _install_accountant_memo(memo_path: pathlib.Path = MEMO_PATH):
     original_warm_up(self)
     AccountantMemo.load(memo_path).install()  # in the fork server, before any mutant's fork
 
+  def run_stats(self, *, tests):  # records too: the clean run is skipped after full stats
+    memo = AccountantMemo()
+    memo.install()
+    try:
+      return original_run_stats(self, tests=tests)
+    finally:
+      memo.save(memo_path)
+      AccountantMemo.uninstall()
+
   harness.PytestRunner.run_tests = run_tests
   harness.PytestRunner.warm_up = warm_up
+  harness.PytestRunner.run_stats = run_stats
+
+
+class _TestRecorder:
+  """A pytest plugin: how many tests reported, and the first that failed."""
+
+  def __init__(self):
+    self.seen: list[str] = []
+    self.killer = None
+
+  def pytest_runtest_logreport(self, report):
+    if report.nodeid not in self.seen:
+      self.seen.append(report.nodeid)
+    if report.failed and self.killer is None:
+      self.killer = report.nodeid
+
+
+def _install_mutant_log(log_path: pathlib.Path = LOG_PATH):
+  """Each mutant's child appends its test run to ``log_path`` (tools/mutant_log.py)."""
+  from mutmut.runners import harness  # pylint: disable=g-import-not-at-top
+  previous = harness.PytestRunner.run_tests
+
+  def run_tests(self, *, mutant_name, tests):
+    if mutant_name is None:
+      return previous(self, mutant_name=mutant_name, tests=tests)
+    tests = list(tests)
+    recorder = _TestRecorder()
+    execute = self.execute_pytest
+
+    def execute_with_recorder(params, **kwargs):
+      kwargs["plugins"] = list(kwargs.get("plugins") or []) + [recorder]
+      return execute(params, **kwargs)
+
+    self.execute_pytest = execute_with_recorder
+    wall, cpu = time.monotonic(), time.process_time()
+    exit_code = None
+    try:
+      exit_code = previous(self, mutant_name=mutant_name, tests=tests)
+      return exit_code
+    finally:
+      del self.execute_pytest
+      mutant_log.append_record(log_path, {
+          "mutant": mutant_name, "wall": round(time.monotonic() - wall, 3),
+          "cpu": round(time.process_time() - cpu, 3), "run": len(recorder.seen),
+          "of": len(tests), "killer": recorder.killer, "exit": exit_code})
+
+  harness.PytestRunner.run_tests = run_tests
+
+
+_FULL_STATS = {"ran": False}  # did this invocation run the stats phase over every test?
+
+
+def _install_clean_run_skip():
+  """Skips mutmut's clean run when this invocation's stats phase ran every selected test.
+
+  Both run the same selected tests, unmutated, in a child of the same harness,
+  and mutmut stops if the stats phase fails; the second run only repeats the
+  first (about 5 minutes of the whole run). With stats loaded from an earlier
+  run, the clean run runs as mutmut has it.
+  """
+  import mutmut.__main__ as mm  # pylint: disable=g-import-not-at-top
+  from mutmut.workers import isolation  # pylint: disable=g-import-not-at-top
+  original_stats = mm.run_stats_collection
+
+  def run_stats_collection(runner, tests=None):
+    original_stats(runner, tests)
+    if not tests:  # mutmut's "every test"
+      _FULL_STATS["ran"] = True
+
+  mm.run_stats_collection = run_stats_collection
+  for runner_class in (isolation.ForkServerRunner, isolation.ForkRunner):
+    original_clean = runner_class.run_clean_tests
+
+    def run_clean_tests(self, tests, _original=original_clean):
+      if _FULL_STATS["ran"]:
+        print("    (skipped: the stats phase just ran every selected test, and they passed)")
+        return 0
+      return _original(self, tests)
+
+    runner_class.run_clean_tests = run_clean_tests
 
 
 if __name__ == "__main__":
   _install_test_selection()
+  _install_clean_run_skip()
   if os.environ.get("MUTATION_ACCOUNTANT_MEMO", "1") != "0":
     _install_accountant_memo()
-  _install_fastest_first()
+  _install_mutant_log()
+  _install_fastest_first(mutant_log.KillerHistory(LOG_PATH)
+                         if os.environ.get("MUTATION_KILLERS_FIRST", "1") != "0" else None)
   from mutmut.__main__ import cli  # pylint: disable=g-import-not-at-top
   sys.argv[0] = "mutmut"
   cli()

@@ -1,0 +1,92 @@
+"""tools/mutmut_run.py's wiring into mutmut (skipped where mutmut is not installed, as in CI).
+
+The memo's own wiring is in test_accountant_memo.py; here the per-mutant log,
+the memo recorded in the stats phase, and the clean run skipped only after
+this invocation's full stats phase.
+"""
+import importlib.util
+import json
+import os
+import sys
+import types
+
+import pytest
+from dp_accounting.rdp import rdp_privacy_accountant
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def mutmut_run():
+  pytest.importorskip("mutmut.runners.harness")
+  sys.path.insert(0, os.path.join(ROOT, "tools"))
+  spec = importlib.util.spec_from_file_location(
+      "mutmut_run", os.path.join(ROOT, "tools", "mutmut_run.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_each_mutant_run_is_logged_with_its_first_failing_test(tmp_path, monkeypatch, mutmut_run):
+  """A mutant's child appends one record: tests reported, the killer, the exit code; the
+  clean run (no mutant) is not logged. Bugs caught: a killer not recorded, or a later
+  failure (or a test's teardown report) recorded instead of the first failing test."""
+  from mutmut.runners import harness  # pylint: disable=g-import-not-at-top
+
+  def fake_execute(self, params, plugins=()):
+    for nodeid, failed in (("t::a", False), ("t::b", True), ("t::b", True), ("t::c", True)):
+      for plugin in plugins:
+        plugin.pytest_runtest_logreport(types.SimpleNamespace(nodeid=nodeid, failed=failed))
+    return 1
+
+  monkeypatch.setattr(harness.PytestRunner, "execute_pytest", fake_execute)
+  monkeypatch.setattr(harness.PytestRunner, "run_tests",
+                      lambda self, *, mutant_name, tests: self.execute_pytest(list(tests)))
+  log = tmp_path / "log.jsonl"
+  mutmut_run._install_mutant_log(log)  # pylint: disable=protected-access
+  runner = harness.PytestRunner.__new__(harness.PytestRunner)
+  assert runner.run_tests(mutant_name="m.x_f__mutmut_3", tests=["t::a", "t::b", "t::c"]) == 1
+  assert runner.run_tests(mutant_name=None, tests=[]) == 1
+  records = [json.loads(line) for line in log.read_text().splitlines()]
+  assert len(records) == 1
+  assert {k: records[0][k] for k in ("mutant", "run", "of", "killer", "exit")} == {
+      "mutant": "m.x_f__mutmut_3", "run": 3, "of": 3, "killer": "t::b", "exit": 1}
+  assert "execute_pytest" not in vars(runner)  # the recorder is gone after the run
+
+
+def test_the_stats_phase_records_the_memo(tmp_path, monkeypatch, mutmut_run):
+  """With the clean run skipped, the stats phase is where the mutants' memo comes from."""
+  from mutmut.runners import harness  # pylint: disable=g-import-not-at-top
+  accountant_memo = sys.modules["accountant_memo"]
+
+  def fake_run_stats(self, *, tests):
+    rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian(0.03, 1.3, [3.5])  # pylint: disable=protected-access
+    return 0
+
+  monkeypatch.setattr(harness.PytestRunner, "run_stats", fake_run_stats)
+  monkeypatch.setattr(harness.PytestRunner, "run_tests", lambda self, **kw: 0)
+  monkeypatch.setattr(harness.PytestRunner, "warm_up", lambda self: None)
+  path = tmp_path / "memo.pkl"
+  mutmut_run._install_accountant_memo(path)  # pylint: disable=protected-access
+  runner = harness.PytestRunner.__new__(harness.PytestRunner)
+  assert runner.run_stats(tests=[]) == 0
+  assert not hasattr(rdp_privacy_accountant._compute_log_a, "__wrapped__")  # pylint: disable=protected-access
+  assert list(accountant_memo.AccountantMemo.load(path).entries["log_a"].values()) == [
+      rdp_privacy_accountant._compute_log_a(0.03, 1.3, 3.5)]  # pylint: disable=protected-access
+
+
+def test_the_clean_run_is_skipped_only_after_a_full_stats_phase(monkeypatch, mutmut_run):
+  """Stats loaded from an earlier run, or collected for new tests only, leave mutmut's
+  clean run in place; a full stats phase in this invocation replaces it."""
+  import mutmut.__main__ as mm  # pylint: disable=g-import-not-at-top
+  from mutmut.workers import isolation  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(mm, "run_stats_collection", lambda runner, tests=None: None)
+  for runner_class in (isolation.ForkServerRunner, isolation.ForkRunner):
+    monkeypatch.setattr(runner_class, "run_clean_tests", lambda self, tests: 7)
+  mutmut_run._install_clean_run_skip()  # pylint: disable=protected-access
+  runner = isolation.ForkServerRunner.__new__(isolation.ForkServerRunner)
+  assert runner.run_clean_tests([]) == 7
+  mm.run_stats_collection(None, tests=["t::new"])
+  assert runner.run_clean_tests([]) == 7
+  mm.run_stats_collection(None)
+  assert runner.run_clean_tests([]) == 0
