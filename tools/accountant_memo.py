@@ -25,6 +25,7 @@ accountant afresh.
 from __future__ import annotations
 
 import enum
+import fcntl
 import importlib
 import numbers
 import os
@@ -110,12 +111,18 @@ class AccountantMemo:
       return cls(pickle.load(f))
 
   def save(self, path: pathlib.Path) -> None:
-    """Merge this memo into the one at ``path`` (written atomically)."""
-    merged = AccountantMemo.load(path)
-    for table, values in self.entries.items():
-      merged.entries.setdefault(table, {}).update(values)
+    """Merge this memo into the one at ``path`` (written atomically).
+
+    Processes saving at once (the parallel stats phase's children) take turns
+    under a lock on ``<path>.lock``, so no one's entries are lost.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    with open(partial, "wb") as f:
-      pickle.dump(merged.entries, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(partial, path)
+    with open(path.with_name(f"{path.name}.lock"), "w") as lock:
+      fcntl.lockf(lock, fcntl.LOCK_EX)
+      merged = AccountantMemo.load(path)
+      for table, values in self.entries.items():
+        merged.entries.setdefault(table, {}).update(values)
+      partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+      with open(partial, "wb") as f:
+        pickle.dump(merged.entries, f, protocol=pickle.HIGHEST_PROTOCOL)
+      os.replace(partial, path)

@@ -51,16 +51,22 @@ mutmut runs every selected test once more (its "clean run") after the stats
 phase; when the stats phase itself ran every selected test in this
 invocation, in the same harness, and they passed, that second run only
 repeats it and is skipped (the memo is recorded in the stats phase instead).
+That stats phase itself runs in ``--max-children`` processes at once, each
+taking whole test files (longest first) from one queue, instead of one.
 
 Usage: python tools/mutmut_run.py run --max-children 2   (any mutmut command)
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import pathlib
+import pickle
 import re
 import sys
 import time
+import traceback
 
 import libcst as cst
 from libcst.metadata import PositionProvider
@@ -176,6 +182,18 @@ def _install_test_selection():
   mm.collect_or_load_stats = collect_or_load_stats
 
 
+@contextlib.contextmanager
+def recording_memo(memo_path: pathlib.Path):
+  """dp-accounting's answers recorded for the block, then merged into ``memo_path``."""
+  memo = AccountantMemo()
+  memo.install()
+  try:
+    yield memo
+  finally:
+    memo.save(memo_path)
+    AccountantMemo.uninstall()
+
+
 def _install_accountant_memo(memo_path: pathlib.Path = MEMO_PATH):
   """The clean run records the accountant's answers; the fork server serves them."""
   from mutmut.runners import harness  # pylint: disable=g-import-not-at-top
@@ -203,13 +221,10 @@ def _install_accountant_memo(memo_path: pathlib.Path = MEMO_PATH):
     AccountantMemo.load(memo_path).install()  # in the fork server, before any mutant's fork
 
   def run_stats(self, *, tests):  # records too: the clean run is skipped after full stats
-    memo = AccountantMemo()
-    memo.install()
-    try:
+    if tests:  # one file of the parallel stats phase (its child records) or new tests only
       return original_run_stats(self, tests=tests)
-    finally:
-      memo.save(memo_path)
-      AccountantMemo.uninstall()
+    with recording_memo(memo_path):
+      return original_run_stats(self, tests=tests)
 
   harness.PytestRunner.run_tests = run_tests
   harness.PytestRunner.warm_up = warm_up
@@ -295,11 +310,159 @@ def _install_clean_run_skip():
     runner_class.run_clean_tests = run_clean_tests
 
 
+def selected_test_files(selection, root: pathlib.Path) -> list[str]:
+  """The test files of mutmut's selection (a folder: its ``test_*.py``), longest first.
+
+  Paths are relative to ``root``; the longest files go first so that the
+  stats phase's workers, taking files from one queue, end close together.
+  """
+  files: dict[str, int] = {}
+  for item in selection:
+    path = root / item
+    found = sorted(path.rglob("test_*.py")) if path.is_dir() else [path]
+    for file in found:
+      files.setdefault(file.relative_to(root).as_posix(), len(file.read_bytes().splitlines()))
+  return sorted(files, key=lambda f: (-files[f], f))
+
+
+class FileQueue:
+  """Hands out the indices 0..n-1 once each, across processes (a counter file under a lock)."""
+
+  def __init__(self, path: pathlib.Path, n: int):
+    self.path, self.n = pathlib.Path(path), n
+    self.path.write_text("0")
+
+  def claim(self):
+    """The next index, or None when all are taken."""
+    with open(self.path, "r+") as f:
+      fcntl.lockf(f, fcntl.LOCK_EX)
+      index = int(f.read() or 0)
+      f.seek(0)
+      f.truncate()
+      f.write(str(index + 1))
+      f.flush()
+    return index if index < self.n else None
+
+
+class _QueuedStatsRunner:
+  """A child's runner for the parallel stats phase: runs files from the queue until none is left."""
+
+  def __init__(self, runner, files: list[str], queue: FileQueue,
+               memo_path: "pathlib.Path | None"):
+    self._runner, self._files, self._queue, self._memo_path = runner, files, queue, memo_path
+
+  def run_stats(self, *, tests):
+    del tests  # every selected test: the files of the queue
+    codes = []
+    with (recording_memo(self._memo_path) if self._memo_path else contextlib.nullcontext()):
+      while (index := self._queue.claim()) is not None:
+        code = self._runner.run_stats(tests=[self._files[index]])
+        codes.append(0 if code == 5 else code)  # 5: pytest selected no test in that file
+    return max(codes, default=0)
+
+
+def run_concurrently(operations) -> list:
+  """Runs each operation in a forked child of its own, all at once; their results in order."""
+  children = []
+  for operation in operations:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+      os.close(read_fd)
+      try:
+        data = {"ok": True, "value": operation()}
+      except BaseException:  # pylint: disable=broad-except
+        data = {"ok": False, "error": traceback.format_exc()}
+      with os.fdopen(write_fd, "wb") as f:
+        pickle.dump(data, f)
+      os._exit(0)  # pylint: disable=protected-access
+    os.close(write_fd)
+    children.append((pid, read_fd))
+  results, errors = [], []
+  for pid, read_fd in children:
+    with os.fdopen(read_fd, "rb") as f:
+      try:
+        data = pickle.load(f)
+      except Exception:  # pylint: disable=broad-except
+        data = None
+    _, status = os.waitpid(pid, 0)
+    if data is None or not data["ok"]:
+      errors.append(f"child {pid} (exit {os.waitstatus_to_exitcode(status)}): "
+                    f"{(data or {}).get('error', 'no result')}")
+    else:
+      results.append(data["value"])
+  if errors:
+    raise ChildProcessError("\n".join(errors))
+  return results
+
+
+def merge_stats(results: list[dict]) -> dict:
+  """One StatsResult dict from several children's (sets unite, durations join, codes max)."""
+  merged = {"exit_code": 0, "tests_by_mangled_function_name": {}, "duration_by_test": {},
+            "stats_time": 0.0, "function_dependencies": {}}
+  for result in results:
+    merged["exit_code"] = max(merged["exit_code"], result["exit_code"])
+    merged["duration_by_test"].update(result["duration_by_test"])
+    merged["stats_time"] += result["stats_time"]
+    for key in ("tests_by_mangled_function_name", "function_dependencies"):
+      for name, values in result[key].items():
+        merged[key][name] = sorted(set(merged[key].get(name, ())) | set(values))
+  return merged
+
+
+def _install_parallel_stats(workers: int, memo_path: "pathlib.Path | None"):
+  """mutmut's full stats phase in ``workers`` children at once, taking test files from a queue.
+
+  mutmut runs every selected test once, traced, in one process (5-6 minutes
+  of the whole run on one of the two cores). Here each child runs whole test
+  files, longest first, from a shared queue; their records are merged as
+  mutmut merges its one child's. With ``memo_path``, each child records the
+  accountant memo (tools/accountant_memo.py) and merges it under its lock.
+  """
+  from mutmut.configuration import config  # pylint: disable=g-import-not-at-top
+  from mutmut.workers import isolation  # pylint: disable=g-import-not-at-top
+  original = isolation.ForkServerRunner.collect_stats
+
+  def collect_stats(self, tests):
+    if tests or workers < 2:
+      return original(self, tests)
+    root = pathlib.Path.cwd() / "mutants"
+    files = selected_test_files(config().pytest_add_cli_args_test_selection, root)
+    queue = FileQueue(root / "stats_queue", len(files))
+
+    def run_in_children(operation):
+      def one():
+        runner = _QueuedStatsRunner(self.test_runner_class(**self.test_runner_args), files,
+                                    queue, memo_path)
+        return operation(runner)
+      return merge_stats(run_concurrently([one] * workers))
+
+    self._run_in_child = run_in_children  # pylint: disable=protected-access
+    try:
+      return original(self, tests)
+    finally:
+      del self._run_in_child  # pylint: disable=protected-access
+
+  isolation.ForkServerRunner.collect_stats = collect_stats
+
+
+def _max_children(argv) -> int:
+  """mutmut's ``--max-children`` from the command line (1 when absent)."""
+  for i, arg in enumerate(argv):
+    if arg == "--max-children" and i + 1 < len(argv):
+      return int(argv[i + 1])
+    if arg.startswith("--max-children="):
+      return int(arg.split("=", 1)[1])
+  return 1
+
+
 if __name__ == "__main__":
   _install_test_selection()
   _install_clean_run_skip()
-  if os.environ.get("MUTATION_ACCOUNTANT_MEMO", "1") != "0":
+  memo_on = os.environ.get("MUTATION_ACCOUNTANT_MEMO", "1") != "0"
+  if memo_on:
     _install_accountant_memo()
+  _install_parallel_stats(_max_children(sys.argv), MEMO_PATH if memo_on else None)
   _install_mutant_log()
   _install_fastest_first(mutant_log.KillerHistory(LOG_PATH)
                          if os.environ.get("MUTATION_KILLERS_FIRST", "1") != "0" else None)

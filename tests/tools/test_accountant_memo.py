@@ -4,7 +4,9 @@ A mutant's verdict must not depend on the memo: each memoised answer must be the
 one dp-accounting computes for exactly those arguments (type included), and a
 PLD object handed to several callers must come out of composition unchanged.
 """
+import fcntl
 import importlib.util
+import multiprocessing
 import os
 import pickle
 import sys
@@ -122,7 +124,24 @@ def test_save_merges_into_the_saved_memo(tmp_path, memo):
   later.save(path)
   loaded = accountant_memo.AccountantMemo.load(path)
   assert len(loaded.entries["log_a"]) == 2
-  assert list(tmp_path.joinpath("mutants").iterdir()) == [path]  # no partial file left
+  assert not list(tmp_path.joinpath("mutants").glob("*.partial"))  # no partial file left
+
+
+def test_save_waits_for_another_process_saving(tmp_path):
+  """The parallel stats phase's children save at once: a save waits for the lock, so
+  neither child's entries are lost. Bug caught: save without the lock (read, merge and
+  write interleaved)."""
+  path = tmp_path / "memo.pkl"
+  saver = accountant_memo.AccountantMemo({"log_a": {"k": 1.0}})
+  with open(tmp_path / "memo.pkl.lock", "w") as lock:
+    fcntl.lockf(lock, fcntl.LOCK_EX)
+    process = multiprocessing.get_context("fork").Process(target=saver.save, args=(path,))
+    process.start()
+    process.join(1.0)
+    assert process.is_alive() and not path.exists()
+  process.join(30)
+  assert process.exitcode == 0
+  assert accountant_memo.AccountantMemo.load(path).entries["log_a"] == {"k": 1.0}
   assert accountant_memo.AccountantMemo.load(tmp_path / "absent.pkl").entries["log_a"] == {}
 
 

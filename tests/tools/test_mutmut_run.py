@@ -90,3 +90,77 @@ def test_the_clean_run_is_skipped_only_after_a_full_stats_phase(monkeypatch, mut
   assert runner.run_clean_tests([]) == 7
   mm.run_stats_collection(None)
   assert runner.run_clean_tests([]) == 0
+
+
+def test_the_selection_is_split_into_files_longest_first(tmp_path, mutmut_run):
+  (tmp_path / "tests" / "pkg").mkdir(parents=True)
+  (tmp_path / "tests" / "pkg" / "test_long.py").write_text("x = 1\n" * 30)
+  (tmp_path / "tests" / "pkg" / "test_short.py").write_text("x = 1\n" * 3)
+  (tmp_path / "tests" / "pkg" / "helper.py").write_text("x = 1\n" * 99)
+  (tmp_path / "tests" / "test_mid.py").write_text("x = 1\n" * 10)
+  files = mutmut_run.selected_test_files(["tests/pkg", "tests/test_mid.py", "tests/pkg"],
+                                         tmp_path)
+  assert files == ["tests/pkg/test_long.py", "tests/test_mid.py", "tests/pkg/test_short.py"]
+
+
+def test_two_processes_claim_every_file_exactly_once(tmp_path, mutmut_run):
+  """The parallel stats phase's queue: no file run twice, none skipped. Bug caught: the
+  counter read and written without the lock (two children running the same file)."""
+  queue = mutmut_run.FileQueue(tmp_path / "queue", 400)
+
+  def claim_all():
+    taken = []
+    while (index := queue.claim()) is not None:
+      taken.append(index)
+    return taken
+
+  first, second = mutmut_run.run_concurrently([claim_all, claim_all])
+  assert sorted(first + second) == list(range(400))
+  assert queue.claim() is None
+
+
+def test_a_failing_child_is_an_error_and_results_come_back_in_order(mutmut_run):
+  assert mutmut_run.run_concurrently([lambda: 1, lambda: {"a": [2]}]) == [1, {"a": [2]}]
+  with pytest.raises(ChildProcessError, match="ZeroDivisionError"):
+    mutmut_run.run_concurrently([lambda: 1, lambda: 1 / 0])
+
+
+def test_the_children_stats_merge_into_one_record(mutmut_run):
+  """Every child's tests and durations are kept, and a failing child fails the phase."""
+  a = {"exit_code": 0, "tests_by_mangled_function_name": {"f": ["t1"], "g": ["t1"]},
+       "duration_by_test": {"t1": 0.5}, "stats_time": 1.0, "function_dependencies": {"f": ["g"]}}
+  b = {"exit_code": 1, "tests_by_mangled_function_name": {"f": ["t2"]},
+       "duration_by_test": {"t2": 0.25}, "stats_time": 2.0, "function_dependencies": {}}
+  merged = mutmut_run.merge_stats([a, b])
+  assert merged == {"exit_code": 1, "tests_by_mangled_function_name": {"f": ["t1", "t2"],
+                                                                        "g": ["t1"]},
+                    "duration_by_test": {"t1": 0.5, "t2": 0.25}, "stats_time": 3.0,
+                    "function_dependencies": {"f": ["g"]}}
+
+
+def test_a_queued_stats_child_runs_each_claimed_file_and_records_the_memo_once(
+    tmp_path, mutmut_run):
+  """A file with no selected test (pytest's 5) is not a failure; any other code is."""
+  ran = []
+
+  class Runner:
+    def run_stats(self, *, tests):
+      ran.append(tests)
+      rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian(0.05, 1.1, [2.5])  # pylint: disable=protected-access
+      return {"a.py": 0, "b.py": 5, "c.py": 1}[tests[0]]
+
+  memo_path = tmp_path / "memo.pkl"
+  queue = mutmut_run.FileQueue(tmp_path / "queue", 2)
+  runner = mutmut_run._QueuedStatsRunner(Runner(), ["a.py", "b.py"], queue, memo_path)  # pylint: disable=protected-access
+  assert runner.run_stats(tests=[]) == 0
+  assert ran == [["a.py"], ["b.py"]]
+  assert len(sys.modules["accountant_memo"].AccountantMemo.load(memo_path).entries["log_a"]) == 1
+  queue = mutmut_run.FileQueue(tmp_path / "queue", 3)
+  assert mutmut_run._QueuedStatsRunner(Runner(), ["a.py", "b.py", "c.py"], queue, None).run_stats(  # pylint: disable=protected-access
+      tests=[]) == 1
+
+
+def test_max_children_is_read_from_the_command_line(mutmut_run):
+  assert mutmut_run._max_children(["run", "--max-children", "2"]) == 2  # pylint: disable=protected-access
+  assert mutmut_run._max_children(["run", "--max-children=3", "x"]) == 3  # pylint: disable=protected-access
+  assert mutmut_run._max_children(["run"]) == 1  # pylint: disable=protected-access
