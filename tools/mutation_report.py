@@ -24,7 +24,9 @@ Exit status 0 always: the figure is a report, not a gate (the run is outside CI)
 from __future__ import annotations
 
 import argparse
+import ast
 import configparser
+import difflib
 import fnmatch
 import json
 import pathlib
@@ -134,6 +136,64 @@ def _diff(name: str, path: str) -> str:
     return f"(no diff: {e})"
 
 
+def fast_diffs(mutated_file: pathlib.Path) -> dict[str, str]:
+  """Every mutant's diff in one file of mutants/ (generated name -> unified diff).
+
+  mutmut's own diff re-parses two functions with libcst per mutant (~0.1-0.4 s
+  each, 20 minutes for the whole list); here the file is parsed once with
+  ``ast`` and each mutant's function is diffed, as text, against its
+  ``__mutmut_orig`` copy, both under the original name. The changed lines are
+  the ones mutmut's diff shows (``tools/mutmut_run.py`` uses them only to decide
+  what to skip, and the report still classifies with mutmut's diff).
+  """
+  source = mutated_file.read_text()
+  lines = source.splitlines()
+  tree = ast.parse(source)
+  nodes = [*tree.body, *(n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body)]
+  functions = {}
+  for node in nodes:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "__mutmut_" in node.name:
+      functions[node.name] = [line[node.col_offset:] for line in
+                              lines[node.lineno - 1:node.end_lineno]]  # a method dedented
+  diffs = {}
+  for name, body in functions.items():
+    base, _, tag = name.rpartition("__mutmut_")
+    original = functions.get(base + "__mutmut_orig")
+    if tag == "orig" or original is None:
+      continue
+    plain = base.rpartition("\u01c1")[-1] if "\u01c1" in base else base[len("x_"):]
+    before = [original[0].replace(base + "__mutmut_orig", plain, 1), *original[1:]]
+    after = [body[0].replace(name, plain, 1), *body[1:]]
+    diffs[name] = "\n".join(difflib.unified_diff(before, after, lineterm=""))
+  return diffs
+
+
+def reviewed_skips(mutated_files: dict[str, list[str]], mutants_root: pathlib.Path = MUTANTS,
+                   equiv: "dict[str, str] | None" = None,
+                   pins: "dict[str, str] | None" = None) -> dict[str, str]:
+  """The mutants a full run need not test: mutant name -> 'equivalent' or 'message'.
+
+  ``mutated_files``: source path (as under mutants/) -> its mutants' names. A
+  mutant is skipped when it is listed as equivalent and its diff is exactly
+  the pinned, reviewed one, or when it only changes a message (not counted
+  either way). Anything else, a moved or unpinned equivalent included, is run.
+  """
+  equiv = equivalents() if equiv is None else equiv
+  pins = load_pins() if pins is None else pins
+  skips = {}
+  for path, names in mutated_files.items():
+    diffs = fast_diffs(mutants_root / path)
+    for name in names:
+      diff = diffs.get(name.rpartition(".")[-1])
+      if diff is None:
+        continue
+      if name in equiv and pins.get(name) == _short(diff):
+        skips[name] = "equivalent"
+      elif is_message_only(diff):
+        skips[name] = "message"
+  return skips
+
+
 def _cache_parsed_modules():
   """mutmut re-parses the mutated module for every diff: parse each file once."""
   import functools  # pylint: disable=g-import-not-at-top
@@ -235,6 +295,10 @@ def main() -> int:
   print("'no tests' (no mirrored test calls the function) and 'suspicious' count as left.")
   print("message: the mutant only changes an error or log message (see _MESSAGE_LINE);")
   print("equivalent: listed in docs/architecture.md with the reason.")
+  skipped = sum(1 for items in groups.values() for i in items if i[2] == "skipped")
+  if skipped:
+    print(f"{skipped} of them were not run (mutmut's 'skipped'): reviewed equivalents whose diff")
+    print("is the pinned one, and message-only mutants (MUTATION_RECHECK_REVIEWED=1 runs them).")
 
   print("\nLeft (not killed, not message-only, not listed as equivalent):")
   for label, items in groups.items():

@@ -54,6 +54,15 @@ repeats it and is skipped (the memo is recorded in the stats phase instead).
 That stats phase itself runs in ``--max-children`` processes at once, each
 taking whole test files (longest first) from one queue, instead of one.
 
+A run without names does not test what was already reviewed: a mutant listed
+as equivalent in docs/architecture.md whose diff is exactly its pinned one
+(tools/mutation_equivalents.json), and a mutant that only changes a message
+(neither counts in the kill rate). They survive by definition, so each would
+run its whole mirrored file: a third of the whole run's test time. mutmut
+records them as "skipped"; the report still classifies each with mutmut's own
+diff (a skipped mutant that no longer matches counts as left).
+``MUTATION_RECHECK_REVIEWED=1`` runs them too; naming a mutant always runs it.
+
 Usage: python tools/mutmut_run.py run --max-children 2   (any mutmut command)
 """
 from __future__ import annotations
@@ -75,6 +84,7 @@ from mutmut.mutation import file_mutation as fm
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from accountant_memo import AccountantMemo  # pylint: disable=wrong-import-position
 import mutant_log  # pylint: disable=wrong-import-position
+import mutation_report  # pylint: disable=wrong-import-position
 
 # Where the clean run leaves the accountant's answers for the mutants (mutmut's own folder).
 MEMO_PATH = pathlib.Path.cwd() / "mutants" / "accountant_memo.pkl"
@@ -446,6 +456,39 @@ def _install_parallel_stats(workers: int, memo_path: "pathlib.Path | None"):
   isolation.ForkServerRunner.collect_stats = collect_stats
 
 
+SKIPPED = 34  # mutmut's exit code for "skipped"
+
+
+def _install_reviewed_skip():
+  """A run without names records the reviewed mutants as skipped instead of testing them."""
+  import mutmut.__main__ as mm  # pylint: disable=g-import-not-at-top
+  original = mm.collect_source_file_mutation_data
+
+  def collect_source_file_mutation_data(*, mutant_names):
+    mutants, by_path = original(mutant_names=mutant_names)
+    if mutant_names:  # named mutants are always run
+      return mutants, by_path
+    untested = {}
+    for data, name, result in mutants:
+      if result is None:
+        untested.setdefault(str(data.path), []).append(name)
+    skips = mutation_report.reviewed_skips(untested)
+    out, changed, kinds = [], {}, []
+    for data, name, result in mutants:
+      if result is None and name in skips:
+        data.exit_code_by_key[name] = result = SKIPPED
+        changed[id(data)] = data
+        kinds.append(skips[name])
+      out.append((data, name, result))
+    for data in changed.values():
+      data.save()
+    print(f"    not run: {kinds.count('equivalent')} reviewed equivalents and "
+          f"{kinds.count('message')} message-only mutants (skipped)")
+    return out, by_path
+
+  mm.collect_source_file_mutation_data = collect_source_file_mutation_data
+
+
 def _max_children(argv) -> int:
   """mutmut's ``--max-children`` from the command line (1 when absent)."""
   for i, arg in enumerate(argv):
@@ -463,6 +506,8 @@ if __name__ == "__main__":
   if memo_on:
     _install_accountant_memo()
   _install_parallel_stats(_max_children(sys.argv), MEMO_PATH if memo_on else None)
+  if os.environ.get("MUTATION_RECHECK_REVIEWED", "0") != "1":
+    _install_reviewed_skip()
   _install_mutant_log()
   _install_fastest_first(mutant_log.KillerHistory(LOG_PATH)
                          if os.environ.get("MUTATION_KILLERS_FIRST", "1") != "0" else None)

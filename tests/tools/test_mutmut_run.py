@@ -164,3 +164,37 @@ def test_max_children_is_read_from_the_command_line(mutmut_run):
   assert mutmut_run._max_children(["run", "--max-children", "2"]) == 2  # pylint: disable=protected-access
   assert mutmut_run._max_children(["run", "--max-children=3", "x"]) == 3  # pylint: disable=protected-access
   assert mutmut_run._max_children(["run"]) == 1  # pylint: disable=protected-access
+
+
+def test_reviewed_mutants_are_recorded_as_skipped_only_in_a_run_without_names(
+    monkeypatch, mutmut_run):
+  """Only untested mutants are looked at, skipped ones are saved as mutmut's 'skipped' (34,
+  never run: the loop leaves a mutant with a result alone), and named runs are untouched."""
+  import mutmut.__main__ as mm  # pylint: disable=g-import-not-at-top
+
+  class Data:
+    def __init__(self):
+      self.path, self.saved = "tff_idp/m.py", 0
+      self.exit_code_by_key = {"m.a__mutmut_1": None, "m.a__mutmut_2": None, "m.a__mutmut_3": 1}
+
+    def save(self):
+      self.saved += 1
+
+  data = Data()
+  rows = [(data, name, code) for name, code in data.exit_code_by_key.items()]
+  monkeypatch.setattr(mm, "collect_source_file_mutation_data",
+                      lambda *, mutant_names: (list(rows), {"tff_idp/m.py": data}))
+  asked = []
+
+  def fake_skips(untested):
+    asked.append(untested)
+    return {"m.a__mutmut_2": "equivalent", "m.a__mutmut_3": "message"}
+
+  monkeypatch.setattr(mutmut_run.mutation_report, "reviewed_skips", fake_skips)
+  mutmut_run._install_reviewed_skip()  # pylint: disable=protected-access
+  named, _ = mm.collect_source_file_mutation_data(mutant_names=["m.a__mutmut_2"])
+  assert named == rows and not asked and data.saved == 0
+  out, _ = mm.collect_source_file_mutation_data(mutant_names=[])
+  assert asked == [{"tff_idp/m.py": ["m.a__mutmut_1", "m.a__mutmut_2"]}]
+  assert [code for _, _, code in out] == [None, mutmut_run.SKIPPED, 1]
+  assert data.exit_code_by_key["m.a__mutmut_2"] == 34 and data.saved == 1
