@@ -8,15 +8,18 @@ survived). Two uses:
 * **Killers first.** Mutants of one function tend to be killed by the same
   few tests, and mutmut stops a mutant at its first failing test. Before a
   mutant is handed to a worker, the tests that killed earlier mutants of the
-  same function, then of the same module, go to the front of its list (the
-  fastest of them first, a few of each). Only the order changes, never the
+  same function, then of the same module, go to the front of its list (a
+  few of each, by kills per second of their measured duration). Only the order changes, never the
   set of tests, so a mutant's verdict is the same; a wrong guess costs the
   time of the guessed tests.
 * **Where the time goes.** ``python tools/mutant_log.py [mutants/mutant_times.jsonl]``
   prints, per module, the mutants logged, their total and mean wall time,
   and the share killed by the first test they ran.
+  ``python tools/mutant_log.py --replay [mutants]`` replays the log: the test
+  time of the killed mutants with and without the killers first.
 
-Plain Python (no mutmut, no TensorFlow), so its tests run in ``make test``.
+Plain Python (no mutmut, no TensorFlow; only ``--replay`` imports mutmut through
+tools/mutmut_run.py), so its tests run in ``make test``.
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ from typing import Iterable, Mapping, Optional
 # How many earlier killers of the same function, and of the same module, go first.
 FUNCTION_KILLERS = 3
 MODULE_KILLERS = 2
+# A killer's kills per second use at least this duration (a 1 ms test is not 100x better).
+MIN_DURATION_S = 0.05
 
 
 def function_of(mutant_name: str) -> str:
@@ -110,23 +115,32 @@ class KillerHistory:
                          duration_by_test)
 
 
-def killers_first(ordered: list[str], function_killers: Iterable[str],
-                  module_killers: Iterable[str], duration_by_test: Mapping[str, float],
+def killers_first(ordered: list[str], function_killers: Mapping[str, int] | Iterable[str],
+                  module_killers: Mapping[str, int] | Iterable[str],
+                  duration_by_test: Mapping[str, float],
                   n_function: int = FUNCTION_KILLERS, n_module: int = MODULE_KILLERS) -> list[str]:
   """``ordered`` with up to ``n_function`` + ``n_module`` earlier killers in front.
 
-  Only killers that are among ``ordered`` move (a mutant never runs a test it
-  was not given); each group goes fastest first. The result is a permutation
-  of ``ordered``.
+  Killers come with how many mutants each killed (a plain list counts one
+  each) and go by kills per second of their measured duration, most first
+  (ties: the faster), so that a test that killed many of a function's
+  mutants goes before a fast one that killed a single argument check. Only
+  killers among ``ordered`` move (a mutant never runs a test it was not
+  given). The result is a permutation of ``ordered``.
   """
   available = set(ordered)
 
   def duration(test: str) -> float:
     return duration_by_test.get(test, float("inf"))
 
+  def by_kill_rate(killers) -> list[str]:
+    counts = killers if isinstance(killers, Mapping) else dict.fromkeys(killers, 1)
+    return sorted(counts, key=lambda t: (-counts[t] / max(duration(t), MIN_DURATION_S),
+                                         duration(t), t))
+
   front: list[str] = []
   for killers, limit in ((function_killers, n_function), (module_killers, n_module)):
-    picked = sorted((t for t in killers if t in available and t not in front), key=duration)
+    picked = [t for t in by_kill_rate(killers) if t in available and t not in front]
     front += picked[:limit]
   chosen = set(front)
   return front + [t for t in ordered if t not in chosen]
@@ -154,6 +168,56 @@ def summary(records: list[dict]) -> str:
   return "\n".join(lines)
 
 
+def replay(records: list[dict], tests_of, duration_by_test: Mapping[str, float],
+           n_function: int = FUNCTION_KILLERS, n_module: int = MODULE_KILLERS) -> float:
+  """Measured test seconds the logged killed mutants would spend with these killers first.
+
+  ``tests_of(mutant)``: the mutant's tests in their fallback order. Each killed
+  mutant costs the measured durations of its tests up to its killer, in the
+  order :func:`killers_first` gives from the killers logged before it. An
+  upper bound: a test moved in front of the killer may kill the mutant sooner.
+  ``n_function = n_module = 0`` is the fallback order alone.
+  """
+  history = KillerHistory(pathlib.Path("/nonexistent"))
+  total = 0.0
+  for record in records:
+    killer = record.get("killer")
+    if not killer:
+      continue
+    function = function_of(record["mutant"])
+    order = killers_first(tests_of(record["mutant"]), history.by_function.get(function, {}),
+                          history.by_module.get(module_of(function), {}), duration_by_test,
+                          n_function, n_module)
+    if killer in order:
+      total += sum(duration_by_test.get(t, 0.0) for t in order[:order.index(killer) + 1])
+    history.add(record["mutant"], killer)
+  return total
+
+
+def _replay_run(folder: pathlib.Path) -> str:
+  """The replay of a finished run's log, with and without earlier killers first."""
+  import mutmut_run  # pylint: disable=g-import-not-at-top  (imports mutmut: this command only)
+  stats = json.loads((folder / "mutmut-stats.json").read_text())
+  durations = stats["duration_by_test"]
+  by_function = stats["tests_by_mangled_function_name"]
+
+  def tests_of(mutant: str) -> list[str]:
+    function = function_of(mutant)
+    covering, extra = mutmut_run.mirrored_tests(function, set(by_function.get(function, ())),
+                                                set(durations))
+    return mutmut_run.fastest_first(covering | extra, durations, covering)
+
+  records = read_records(folder / "mutant_times.jsonl")
+  killed = sum(1 for r in records if r.get("killer"))
+  fallback = replay(records, tests_of, durations, 0, 0)
+  first = replay(records, tests_of, durations)
+  return (f"{killed} killed mutants, their tests up to the killer (measured durations): "
+          f"{fallback:.0f} s fastest first, {first:.0f} s with earlier killers first")
+
+
 if __name__ == "__main__":
-  print(summary(read_records(pathlib.Path(sys.argv[1] if len(sys.argv) > 1
-                                          else "mutants/mutant_times.jsonl"))))
+  if sys.argv[1:2] == ["--replay"]:
+    print(_replay_run(pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "mutants")))
+  else:
+    print(summary(read_records(pathlib.Path(sys.argv[1] if len(sys.argv) > 1
+                                            else "mutants/mutant_times.jsonl"))))
