@@ -447,3 +447,18 @@ def test_fmt22_max_without_gain_is_plain_ldp():
   assert not r.amplified and r.epsilon_c == 1.0 and r.delta_c == 0.0
   assert "gives no gain" in r.reason and "blocked loop is empty" in r.reason
   _assert_smallest(lambda x: _composed_delta(1.0, 0.0, D_SMALL, x), r.user_level.epsilon, UD)
+
+
+def test_a_level_the_shuffle_does_not_amplify_composes_as_pure_dp():
+  """A level whose ε^c is its own ε (no amplification: at δ_s = 1e-12 the 10.0 user among
+  three 0.5s gains nothing) charges δ_g = 0 per round, so its user-level ε is the k-fold
+  composition of pure ε-DP, checked against the binomial form.
+
+  Catches: the unamplified branch charging δ_g = 1 (a per-round δ that certifies nothing).
+  """
+  e = np.r_[[0.5, 0.5, 0.5], [10.0]]
+  r = L.ApesLedger(e, D_SMALL, 1e-12, UD, include_pld=False).round_account()
+  lo, hi = r.levels
+  assert hi["epsilon_hi"] == hi["epsilon_c"] == 10.0 and lo["epsilon_c"] < lo["epsilon_hi"]
+  _assert_smallest(lambda x: _composed_delta(10.0, 0.0, D_SMALL, x), hi["user_level_epsilon"],
+                   UD)
