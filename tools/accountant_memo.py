@@ -58,7 +58,10 @@ def call_key(args: tuple, kwargs: dict) -> Hashable:
 class AccountantMemo:
   """Answers of ``_compute_log_a`` and ``from_gaussian_mechanism`` by exact arguments."""
 
-  def __init__(self, entries: dict[str, dict] | None = None):
+  def __init__(self, entries: dict[str, dict] | None = None, serve: bool = True):
+    """``serve=False`` records every answer but never hands one back (the stats phase,
+    whose measured durations set the mutants' timeouts, must not run faster for it)."""
+    self.serve = serve
     self.entries: dict[str, dict] = {"log_a": {}, "gaussian_pld": {}}
     for table, values in (entries or {}).items():
       self.entries.setdefault(table, {}).update(values)
@@ -74,13 +77,11 @@ class AccountantMemo:
         key = call_key(args, kwargs)
       except TypeError:
         return function(*args, **kwargs)
-      try:
-        value = store[key]
-      except KeyError:
-        self.misses += 1
-        value = store[key] = function(*args, **kwargs)
-        return value
-      self.hits += 1
+      if self.serve and key in store:
+        self.hits += 1
+        return store[key]
+      self.misses += 1
+      value = store[key] = function(*args, **kwargs)
       return value
 
     wrapper.__wrapped__ = function

@@ -35,10 +35,11 @@ set order, so a mutant that a 10 ms test kills could otherwise wait behind
 every TFF test of its module first.
 
 dp-accounting's two costliest pure functions are memoised for the mutants
-(tools/accountant_memo.py): mutmut's clean run records their answers, and the
-fork server hands the record to every mutant, so a mutant that asks the
-accountant what the unmutated code asked gets the answer without the work.
-The stats phase, whose durations set each mutant's timeout, runs without it.
+(tools/accountant_memo.py): the stats phase (or mutmut's clean run, when it
+runs) records their answers, and the fork server hands the record to every
+mutant, so a mutant that asks the accountant what the unmutated code asked
+gets the answer without the work. The stats phase, whose durations set each
+mutant's timeout, only records: every call there is computed afresh.
 ``MUTATION_ACCOUNTANT_MEMO=0`` turns the memo off (to measure what it saves).
 
 Every mutant's child logs its test run (tools/mutant_log.py:
@@ -194,8 +195,8 @@ def _install_test_selection():
 
 @contextlib.contextmanager
 def recording_memo(memo_path: pathlib.Path):
-  """dp-accounting's answers recorded for the block, then merged into ``memo_path``."""
-  memo = AccountantMemo()
+  """dp-accounting's answers recorded (never served) for the block, then merged into ``memo_path``."""
+  memo = AccountantMemo(serve=False)
   memo.install()
   try:
     yield memo

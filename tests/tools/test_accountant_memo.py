@@ -185,3 +185,20 @@ def test_mutation_runner_records_in_the_clean_run_and_serves_in_the_fork_server(
   finally:
     accountant_memo.AccountantMemo.uninstall()
   assert [name for name, _ in seen] == ["m__mutmut_1", None, None]
+
+
+def test_a_recording_memo_never_serves_an_answer():
+  """The stats phase records with ``serve=False``: every call is computed afresh (its
+  durations set the mutants' timeouts), yet every answer is kept for the mutants. Bug
+  caught: the stats phase served repeated calls, so its durations (and every timeout)
+  came out shorter than the unmemoised tests take."""
+  recorder = accountant_memo.AccountantMemo(serve=False)
+  recorder.install()
+  try:
+    for _ in range(3):
+      rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian(0.06, 1.4, [2.5])  # pylint: disable=protected-access
+  finally:
+    accountant_memo.AccountantMemo.uninstall()
+  assert recorder.hits == 0 and recorder.misses == 3
+  assert list(recorder.entries["log_a"].values()) == [
+      rdp_privacy_accountant._compute_log_a(0.06, 1.4, 2.5)]  # pylint: disable=protected-access

@@ -60,7 +60,8 @@ def test_the_stats_phase_records_the_memo(tmp_path, monkeypatch, mutmut_run):
   accountant_memo = sys.modules["accountant_memo"]
 
   def fake_run_stats(self, *, tests):
-    rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian(0.03, 1.3, [3.5])  # pylint: disable=protected-access
+    for _ in range(2):
+      rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian(0.03, 1.3, [3.5])  # pylint: disable=protected-access
     return 0
 
   monkeypatch.setattr(harness.PytestRunner, "run_stats", fake_run_stats)
@@ -198,3 +199,10 @@ def test_reviewed_mutants_are_recorded_as_skipped_only_in_a_run_without_names(
   assert asked == [{"tff_idp/m.py": ["m.a__mutmut_1", "m.a__mutmut_2"]}]
   assert [code for _, _, code in out] == [None, mutmut_run.SKIPPED, 1]
   assert data.exit_code_by_key["m.a__mutmut_2"] == 34 and data.saved == 1
+
+
+def test_the_runner_records_without_serving(tmp_path, mutmut_run):
+  """The stats phase's (and the parallel stats children's) memo only records."""
+  with mutmut_run.recording_memo(tmp_path / "memo.pkl") as memo:
+    assert memo.serve is False
+  assert (tmp_path / "memo.pkl").exists()
