@@ -446,8 +446,12 @@ def test_values_alive_when_the_worker_stops_are_not_disposed_on_it(stop):
   garbage-collected later; their finalizers must not call the stopped worker. They did:
   a CI run's Ctrl-C ended with "Exception ignored in: <finalize object>" and a gRPC
   "Connection refused" traceback after the "interrupted" line. TFF sends a dispose RPC
-  per 20 values, so 45 values reach it twice.
+  per 20 values, so 45 values reach it twice. A value made after the stop (a response
+  that was in flight at Ctrl-C) must not fail either: its finalizer hit TFF's
+  ``assert self._dispose_request is not None`` and printed an AssertionError in CI.
   """
+  from tensorflow_federated.proto.v0 import executor_pb2  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.executors import remote_executor  # pylint: disable=g-import-not-at-top
   import asyncio  # pylint: disable=g-import-not-at-top
   import gc  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -468,6 +472,8 @@ def test_values_alive_when_the_worker_stops_are_not_disposed_on_it(stop):
       assert _wait_dead(pid)
     else:
       rt.close()
+    values.append(remote_executor.RemoteValue(  # made after the stop, with the cleared id
+        executor_pb2.ValueRef(id="late"), tff.TensorType(np.float32), executor))
     reported, previous_hook = [], sys.unraisablehook
     sys.unraisablehook = reported.append
     try:
