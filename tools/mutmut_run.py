@@ -219,13 +219,8 @@ def _install_accountant_memo(memo_path: pathlib.Path = MEMO_PATH):
     # The clean run (an empty list means every selected test: a run without names), or the
     # forced-fail run, whose first call fails and records next to nothing. Each runs in a
     # child of its own and merges what it recorded into the saved memo.
-    memo = AccountantMemo()
-    memo.install()
-    try:
+    with recording_memo(memo_path):
       return original_run_tests(self, mutant_name=mutant_name, tests=tests)
-    finally:
-      memo.save(memo_path)
-      AccountantMemo.uninstall()
 
   def warm_up(self):
     original_warm_up(self)
