@@ -37,6 +37,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 MUTANTS = ROOT / "mutants"
 ARCH = ROOT / "docs" / "architecture.md"
 PINS = ROOT / "tools" / "mutation_equivalents.json"
+SURVIVOR_PINS = ROOT / "tools" / "mutation_survivors.json"
 
 # mutmut 3's exit-code verdicts (mutmut/stats.py)
 KILLED = {1: "killed", 3: "killed"}
@@ -51,19 +52,59 @@ def listed_modules() -> list[str]:
 
 def equivalents() -> dict[str, str]:
   """Mutant name -> reason, from the table in docs/architecture.md."""
-  text = ARCH.read_text()
-  start = text.find("### Equivalent mutants")
-  if start < 0:
-    return {}
-  section = text[start:]
-  ends = [i for i in (section.find("\n## ", 1), section.find("\n### ", 1)) if i > 0]
-  section = section[:min(ends)] if ends else section
+  section = _section("Equivalent mutants")
   out = {}
   for line in section.splitlines():
     m = re.match(r"\|\s*`([^`]+__mutmut_\d+)`\s*\|\s*(.*?)\s*\|\s*$", line)
     if m:
       out[m.group(1)] = m.group(2)
   return out
+
+
+def _section(title: str) -> str:
+  """The text of one ``### title`` section of docs/architecture.md."""
+  text = ARCH.read_text()
+  start = text.find(f"### {title}")
+  if start < 0:
+    return ""
+  section = text[start:]
+  ends = [i for i in (section.find("\n## ", 1), section.find("\n### ", 1)) if i > 0]
+  return section[:min(ends)] if ends else section
+
+
+def plain_name_and_number(name: str) -> tuple[str, int]:
+  """``pkg.mod.xǁClassǁmethod__mutmut_7`` -> ('method', 7); ``pkg.mod.x_f__mutmut_3`` -> ('f', 3)."""
+  base, _, number = name.rpartition("__mutmut_")
+  leaf = base.rpartition(".")[-1]
+  plain = leaf.rpartition("\u01c1")[-1] if "\u01c1" in leaf else leaf[len("x_"):]
+  return plain, int(number)
+
+
+# A backticked name followed by mutant numbers (`_rematch` 48; `poisson_binomial_count` (1, 48)).
+_NUMBERED_NAME = re.compile(r"`[\w.]+`\s+\(?\d")
+
+
+def described_as_survivor(name: str, section: "str | None" = None) -> bool:
+  """Whether a bullet of the docs' "Known survivors" names the mutant: its function in
+  backticks (alone, or as ``Class.function`` / ``module.function``), and its number as a
+  word after that, before the next backticked name followed by numbers (``_refine`` 14, 42;
+  ``reduction.poisson_binomial_count`` (1, 48))."""
+  section = _section("Known survivors") if section is None else section
+  plain, number = plain_name_and_number(name)
+  bullets = re.split(r"\n(?=- )", section)
+  quoted = re.compile(r"`(?:[\w.]+\.)?" + re.escape(plain) + r"(?:__mutmut_(\d+))?`")
+  for bullet in bullets:
+    for m in quoted.finditer(bullet):
+      if m.group(1) is not None:  # `module.function__mutmut_N`
+        if int(m.group(1)) == number:
+          return True
+        continue
+      rest = bullet[m.end():]
+      other = _NUMBERED_NAME.search(rest)  # the next function's own numbers end the span
+      if re.search(rf"(?<![\w.,\-\u2212/+]){number}(?!\w|[.,]\d)",
+                   rest[:other.start()] if other else rest):
+        return True
+  return False
 
 
 def load_pins(path: pathlib.Path = PINS) -> dict[str, str]:
@@ -170,16 +211,22 @@ def fast_diffs(mutated_file: pathlib.Path) -> dict[str, str]:
 
 def reviewed_skips(mutated_files: dict[str, list[str]], mutants_root: pathlib.Path = MUTANTS,
                    equiv: "dict[str, str] | None" = None,
-                   pins: "dict[str, str] | None" = None) -> dict[str, str]:
-  """The mutants a full run need not test: mutant name -> 'equivalent' or 'message'.
+                   pins: "dict[str, str] | None" = None,
+                   survivors: "dict[str, str] | None" = None) -> dict[str, str]:
+  """The mutants a full run need not test: mutant name -> 'equivalent', 'message' or
+  'survivor'.
 
   ``mutated_files``: source path (as under mutants/) -> its mutants' names. A
   mutant is skipped when it is listed as equivalent and its diff is exactly
-  the pinned, reviewed one, or when it only changes a message (not counted
-  either way). Anything else, a moved or unpinned equivalent included, is run.
+  the pinned, reviewed one, when it only changes a message (neither counts
+  either way), or when it is a known survivor (described under "Known
+  survivors", pinned in tools/mutation_survivors.json) whose diff is exactly
+  the pinned one: it counts as left, as it would if it were run and survived.
+  Anything else, a moved or unpinned equivalent included, is run.
   """
   equiv = equivalents() if equiv is None else equiv
   pins = load_pins() if pins is None else pins
+  survivors = load_pins(SURVIVOR_PINS) if survivors is None else survivors
   skips = {}
   for path, names in mutated_files.items():
     diffs = fast_diffs(mutants_root / path)
@@ -191,6 +238,8 @@ def reviewed_skips(mutated_files: dict[str, list[str]], mutants_root: pathlib.Pa
         skips[name] = "equivalent"
       elif is_message_only(diff):
         skips[name] = "message"
+      elif survivors.get(name) == _short(diff):
+        skips[name] = "survivor"
   return skips
 
 
@@ -218,6 +267,10 @@ def main() -> int:
   ap.add_argument("--pin-equivalents", action="store_true",
                   help=f"write each listed mutant's current diff to {PINS.name} (after "
                        "reviewing the table against --equivalents)")
+  ap.add_argument("--pin-survivors", action="store_true",
+                  help=f"write the current diff of each left mutant that the docs' 'Known "
+                       f"survivors' describe to {SURVIVOR_PINS.name}: a run without names "
+                       "then skips it while its diff stays the pinned one (it counts as left)")
   args = ap.parse_args()
   import os  # pylint: disable=g-import-not-at-top
   os.chdir(ROOT)
@@ -228,6 +281,8 @@ def main() -> int:
   patterns = listed_modules()
   equiv = equivalents()
   pins = load_pins()
+  survivor_pins = load_pins(SURVIVOR_PINS)
+  survivor_text = _section("Known survivors")
   groups = {}  # label -> list of (file, name, verdict, class)
   stale = []  # listed as equivalent, yet killed: the table's number points elsewhere now
   moved = []  # listed as equivalent, but the diff differs from its pin
@@ -297,17 +352,50 @@ def main() -> int:
   print("equivalent: listed in docs/architecture.md with the reason.")
   skipped = sum(1 for items in groups.values() for i in items if i[2] == "skipped")
   if skipped:
-    print(f"{skipped} of them were not run (mutmut's 'skipped'): reviewed equivalents whose diff")
-    print("is the pinned one, and message-only mutants (MUTATION_RECHECK_REVIEWED=1 runs them).")
+    print(f"{skipped} of them were not run (mutmut's 'skipped'): reviewed equivalents and known")
+    print("survivors whose diff is the pinned one (a known survivor counts as left), and")
+    print("message-only mutants (MUTATION_RECHECK_REVIEWED=1 runs them).")
 
-  print("\nLeft (not killed, not message-only, not listed as equivalent):")
+  print("\nLeft (not killed, not message-only, not listed as equivalent); 'known': described")
+  print("under the docs' \"Known survivors\" with its diff pinned (skipped: not re-run):")
+  new_survivors, undescribed, killed_pins = [], [], []
   for label, items in groups.items():
     for rel, name, v, cls, diff in items:
+      if name in survivor_pins and cls == "killed":
+        killed_pins.append(name)
       if cls != "left" and not (args.messages and cls == "message"):
         continue
-      print(f"  {name}: {v}" + (" (message)" if cls == "message" else ""))
+      tag = " (message)" if cls == "message" else ""
+      if cls == "left":
+        described = described_as_survivor(name, survivor_text)
+        if described and survivor_pins.get(name) == _short(diff):
+          tag = " (known)"
+        elif name in survivor_pins and not described:
+          undescribed.append(name)
+        else:
+          new_survivors.append(name)
+        if args.pin_survivors and described:
+          survivor_pins[name] = _short(diff)
+      print(f"  {name}: {v}{tag}")
       if not args.no_diff:
         print(f"      {_short(diff)}")
+  if new_survivors:
+    print(f"\n{len(new_survivors)} left without a review: kill each with a test, or describe it "
+          "under \"Known survivors\" (or list it as equivalent) and pin it "
+          "(--pin-survivors / --pin-equivalents).")
+  if undescribed:
+    print("\nPinned as known survivors but not described under \"Known survivors\" (counted "
+          "as left; describe them or remove their pins):")
+    for name in undescribed:
+      print(f"  {name}")
+  if killed_pins:
+    print("\nPinned as known survivors but killed in this run: remove their pins and their "
+          "entries under \"Known survivors\":")
+    for name in killed_pins:
+      print(f"  {name}")
+  if args.pin_survivors:
+    save_pins(survivor_pins, SURVIVOR_PINS)
+    print(f"\npinned the diffs of the described survivors in {SURVIVOR_PINS.relative_to(ROOT)}")
   if args.equivalents:
     print("\nCounted as equivalent (the current diff, then the table's reason):")
     for items in groups.values():

@@ -57,11 +57,14 @@ taking whole test files (longest first) from one queue, instead of one.
 
 A run without names does not test what was already reviewed: a mutant listed
 as equivalent in docs/architecture.md whose diff is exactly its pinned one
-(tools/mutation_equivalents.json), and a mutant that only changes a message
-(neither counts in the kill rate). They survive by definition, so each would
-run its whole mirrored file: a third of the whole run's test time. mutmut
-records them as "skipped"; the report still classifies each with mutmut's own
-diff (a skipped mutant that no longer matches counts as left).
+(tools/mutation_equivalents.json), a mutant that only changes a message
+(neither counts in the kill rate), and a known survivor: described under
+"Known survivors" and pinned in tools/mutation_survivors.json, it counts as
+left, exactly as if it had run and survived. They survive by definition, so
+each would run its whole mirrored file: a third of the whole run's test time
+(SAMPLE's survivors: about 95 s each). mutmut records them as "skipped"; the
+report still classifies each with mutmut's own diff (a skipped mutant that no
+longer matches counts as left).
 ``MUTATION_RECHECK_REVIEWED=1`` runs them too; naming a mutant always runs it.
 
 Usage: python tools/mutmut_run.py run --max-children 2   (any mutmut command)
@@ -478,7 +481,8 @@ def _install_reviewed_skip():
       out.append((data, name, result))
     for data in changed.values():
       data.save()
-    print(f"    not run: {kinds.count('equivalent')} reviewed equivalents and "
+    print(f"    not run: {kinds.count('equivalent')} reviewed equivalents, "
+          f"{kinds.count('survivor')} known survivors (counted as left) and "
           f"{kinds.count('message')} message-only mutants (skipped)")
     return out, by_path
 

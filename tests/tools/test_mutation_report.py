@@ -117,3 +117,59 @@ def test_only_pinned_equivalents_and_message_only_mutants_are_skipped(tmp_path):
           "pkg.m.x_clip__mutmut_3": "-if x > bound: / +if x == bound:"}
   skips = report.reviewed_skips({"pkg/m.py": names}, tmp_path, equiv, pins)
   assert skips == {"pkg.m.x_clip__mutmut_1": "equivalent", "pkg.m.x_clip__mutmut_2": "message"}
+
+
+KNOWN_SURVIVORS = """### Known survivors
+
+- `accounting/client/sample.py`, 3: ties at exact float equality (`_refine` 14, 42;
+  `_rematch` 48), and `ApesLedger.round_account` 35 at δ = 1e-12.
+- `accounting/shuffle`: 11 mutants of `reduction.poisson_binomial_count` (1, 48, 50),
+  and `fmt22.numeric__mutmut_1`.
+"""
+
+
+def test_a_known_survivor_is_described_by_its_function_and_its_number():
+  """The pins of tools/mutation_survivors.json must each be described in the docs: the
+  function in backticks, the mutant's number after it in the same bullet. Bug caught: a
+  number matched inside another figure (1e-12, 1,025) or in another function's bullet."""
+  def described(name):
+    return report.described_as_survivor(name, KNOWN_SURVIVORS)
+  assert described("tff_idp.accounting.client.sample.x__refine__mutmut_14")
+  assert described("tff_idp.accounting.client.sample.x__refine__mutmut_42")
+  assert described("tff_idp.accounting.client.sample.x__rematch__mutmut_48")
+  assert described("tff_idp.accounting.shuffle.ledger.xǁApesLedgerǁround_account__mutmut_35")
+  assert described("tff_idp.accounting.shuffle.reduction.x_poisson_binomial_count__mutmut_48")
+  assert described("tff_idp.accounting.shuffle.fmt22.x_numeric__mutmut_1")
+  assert not described("tff_idp.accounting.client.sample.x__refine__mutmut_48")  # _rematch's
+  assert not described("tff_idp.accounting.client.sample.x__refine__mutmut_4")
+  assert not described("tff_idp.accounting.shuffle.ledger.xǁApesLedgerǁround_account__mutmut_12")
+  assert not described("tff_idp.accounting.shuffle.ledger.xǁApesLedgerǁround_account__mutmut_1")
+  assert not described("tff_idp.accounting.client.sample.x__bracket_solve__mutmut_14")
+  assert report.plain_name_and_number(
+      "tff_idp.accounting.shuffle.ledger.xǁApesLedgerǁround_account__mutmut_35") == (
+          "round_account", 35)
+
+
+def test_a_pinned_known_survivor_is_skipped_only_while_its_diff_is_the_pinned_one(tmp_path):
+  """A known survivor is not re-run (it counts as left either way) while its diff is the
+  pinned one. Bug caught: skipping by name alone, so that a renumbered mutant, a new
+  survivor under the old number, is never run."""
+  (tmp_path / "pkg").mkdir()
+  (tmp_path / "pkg" / "m.py").write_text(MUTATED)
+  names = [f"pkg.m.x_clip__mutmut_{i}" for i in (1, 3)] + ["pkg.m.xǁLedgerǁspend__mutmut_1"]
+  survivors = {"pkg.m.x_clip__mutmut_3": "- if x > bound: / + if x >= bound:",
+               "pkg.m.xǁLedgerǁspend__mutmut_1": "- self.spent += eps / + self.spent -= eps"}
+  skips = report.reviewed_skips({"pkg/m.py": names}, tmp_path, {}, {}, survivors)
+  assert skips == {"pkg.m.x_clip__mutmut_3": "survivor"}
+
+
+def test_every_pinned_known_survivor_is_described_in_the_docs():
+  """A pin lets `make mutation` skip a mutant (it still counts as left), so every pinned
+  survivor must have its reason under the docs' "Known survivors", and none may also be
+  listed as equivalent (which would stop it counting). Bug caught: a pin added without a
+  reason, or a survivor moved to the equivalents table while still pinned."""
+  pins = report.load_pins(report.SURVIVOR_PINS)
+  assert pins, "tools/mutation_survivors.json is empty"
+  undescribed = [name for name in pins if not report.described_as_survivor(name)]
+  assert not undescribed
+  assert not set(pins) & set(report.equivalents())
