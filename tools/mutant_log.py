@@ -215,9 +215,29 @@ def _replay_run(folder: pathlib.Path) -> str:
           f"{fallback:.0f} s fastest first, {first:.0f} s with earlier killers first")
 
 
+def stopped_in_tests(marker_dir: pathlib.Path) -> str:
+  """The children that died while a test ran under its own CPU limit (tools/mutmut_run.py,
+  PerTestCpuLimit): each left a marker naming the mutant and the test (mutmut counts such a
+  child as a timeout, i.e. killed)."""
+  rows = []
+  for marker in sorted(pathlib.Path(marker_dir).glob("*.json")):
+    try:
+      record = json.loads(marker.read_text())
+    except (OSError, ValueError):
+      continue
+    rows.append(f"  {record.get('mutant')}: {record.get('test')}")
+  if not rows:
+    return ""
+  return (f"{len(rows)} mutants stopped in a test that ran under its own CPU limit "
+          "(timeouts):\n" + "\n".join(sorted(rows)))
+
+
 if __name__ == "__main__":
   if sys.argv[1:2] == ["--replay"]:
     print(_replay_run(pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "mutants")))
   else:
-    print(summary(read_records(pathlib.Path(sys.argv[1] if len(sys.argv) > 1
-                                            else "mutants/mutant_times.jsonl"))))
+    log = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "mutants/mutant_times.jsonl")
+    print(summary(read_records(log)))
+    stopped = stopped_in_tests(log.parent / "per_test_limit")
+    if stopped:
+      print("\n" + stopped)

@@ -73,15 +73,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import pathlib
 import pickle
 import re
+import resource
 import sys
 import time
 import traceback
 
 import libcst as cst
+import pytest
 from libcst.metadata import PositionProvider
 from mutmut.mutation import file_mutation as fm
 
@@ -254,9 +257,81 @@ class _TestRecorder:
       self.killer = report.nodeid
 
 
-def _install_mutant_log(log_path: pathlib.Path = LOG_PATH):
-  """Each mutant's child appends its test run to ``log_path`` (tools/mutant_log.py)."""
+# A test's own CPU budget never falls below this many seconds (see PerTestCpuLimit).
+PER_TEST_FLOOR_S = 60.0
+
+
+def per_test_cpu_budget(duration: float, multiplier: float, constant: float,
+                        floor: float = PER_TEST_FLOOR_S) -> float:
+  """CPU seconds one test's call may use in a mutant's child: mutmut's per-mutant formula,
+  2 x multiplier x (duration + constant), applied to the test alone, and at least ``floor``."""
+  return max(2.0 * multiplier * (duration + constant), floor)
+
+
+class PerTestCpuLimit:
+  """A pytest plugin for a mutant's child: each test's call phase gets its own CPU limit.
+
+  mutmut limits a mutant's CPU time by the sum of all its tests' measured
+  durations (x 8, + 8 s). A mutant that makes a search never end hangs in
+  one test, usually a fast one (killers and fast tests run first), yet waits
+  out the whole sum: up to 6.5 minutes for one of SAMPLE's mutants, whose
+  mirrored file takes ~95 s. Here the soft RLIMIT_CPU is lowered to that one
+  test's budget (``per_test_cpu_budget``) for its call phase, then restored;
+  the kernel's SIGXCPU ends the child exactly as mutmut's own limit does (a
+  timeout, counted as killed), even inside C code. The ``floor`` (60 CPU s) is
+  far above what a cold cache or a fresh ``tf.function`` trace can add to a
+  test measured warm in the stats phase, so a correct mutant is not stopped
+  early; a mutant whose whole budget is below the floor is untouched.
+
+  While a lowered limit is in force, ``marker_dir/<pid>.json`` names the
+  mutant and the test; a child that dies there leaves it behind
+  (``python tools/mutant_log.py`` lists them).
+  """
+
+  def __init__(self, duration_by_test: dict, multiplier: float, constant: float,
+               mutant_name: str = "", marker_dir: "pathlib.Path | None" = None,
+               floor: float = PER_TEST_FLOOR_S):
+    self.duration_by_test = duration_by_test
+    self.multiplier, self.constant, self.floor = multiplier, constant, floor
+    self.mutant_name, self.marker_dir = mutant_name, marker_dir
+
+  def limit_for(self, nodeid: str, now_cpu: float, soft: int) -> "int | None":
+    """The lowered soft limit for this test's call, or None to keep ``soft``."""
+    duration = self.duration_by_test.get(nodeid)
+    if duration is None:
+      return None
+    budget = per_test_cpu_budget(duration, self.multiplier, self.constant, self.floor)
+    limit = int(now_cpu + budget) + 1
+    if soft != resource.RLIM_INFINITY and limit >= soft:
+      return None
+    return limit
+
+  @pytest.hookimpl(hookwrapper=True)
+  def pytest_runtest_call(self, item):
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    limit = self.limit_for(item.nodeid, time.process_time(), soft)
+    marker = None
+    if limit is not None:
+      if self.marker_dir is not None:
+        marker = self.marker_dir / f"{os.getpid()}.json"
+        marker.write_text(json.dumps({"mutant": self.mutant_name, "test": item.nodeid,
+                                      "cpu_limit": limit}))
+      resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
+    try:
+      yield
+    finally:
+      if limit is not None:
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        if marker is not None:
+          marker.unlink(missing_ok=True)
+
+
+def _install_mutant_log(log_path: pathlib.Path = LOG_PATH, per_test_limits: bool = True):
+  """Each mutant's child appends its test run to ``log_path`` (tools/mutant_log.py), and
+  (``per_test_limits``) runs each test under its own CPU limit (``PerTestCpuLimit``)."""
   from mutmut.runners import harness  # pylint: disable=g-import-not-at-top
+  from mutmut.configuration import config as mm_config  # pylint: disable=g-import-not-at-top
+  from mutmut.state import state as mm_state  # pylint: disable=g-import-not-at-top
   previous = harness.PytestRunner.run_tests
 
   def run_tests(self, *, mutant_name, tests):
@@ -265,13 +340,20 @@ def _install_mutant_log(log_path: pathlib.Path = LOG_PATH):
     tests = list(tests)
     recorder = _TestRecorder()
     execute = self.execute_pytest
+    plugins = [recorder]
+    wall, cpu = time.monotonic(), time.process_time()
+    if per_test_limits:
+      cfg = mm_config()
+      marker_dir = log_path.parent / "per_test_limit"
+      marker_dir.mkdir(exist_ok=True)
+      plugins.append(PerTestCpuLimit(mm_state().duration_by_test, cfg.timeout_multiplier,
+                                     cfg.timeout_constant, mutant_name, marker_dir))
 
     def execute_with_recorder(params, **kwargs):
-      kwargs["plugins"] = list(kwargs.get("plugins") or []) + [recorder]
+      kwargs["plugins"] = list(kwargs.get("plugins") or []) + plugins
       return execute(params, **kwargs)
 
     self.execute_pytest = execute_with_recorder
-    wall, cpu = time.monotonic(), time.process_time()
     exit_code = None
     try:
       exit_code = previous(self, mutant_name=mutant_name, tests=tests)
@@ -508,7 +590,7 @@ if __name__ == "__main__":
   _install_parallel_stats(_max_children(sys.argv), MEMO_PATH if memo_on else None)
   if os.environ.get("MUTATION_RECHECK_REVIEWED", "0") != "1":
     _install_reviewed_skip()
-  _install_mutant_log()
+  _install_mutant_log(per_test_limits=os.environ.get("MUTATION_PER_TEST_LIMIT", "1") != "0")
   _install_fastest_first(mutant_log.KillerHistory(LOG_PATH)
                          if os.environ.get("MUTATION_KILLERS_FIRST", "1") != "0" else None)
   from mutmut.__main__ import cli  # pylint: disable=g-import-not-at-top

@@ -91,3 +91,13 @@ def test_replay_charges_each_killed_mutant_its_tests_up_to_the_killer():
   tests_of = lambda mutant: ["a", "b", "k"]  # pylint: disable=unnecessary-lambda-assignment
   assert mutant_log.replay(records, tests_of, durations, 0, 0) == 14.0
   assert mutant_log.replay(records, tests_of, durations) == 7.0 + 4.0
+
+
+def test_children_stopped_in_a_limited_test_are_listed(tmp_path):
+  """A marker left by a child that died under a test's own CPU limit names the mutant and
+  the test; a torn marker is ignored; no markers, no section."""
+  assert mutant_log.stopped_in_tests(tmp_path) == ""
+  (tmp_path / "11.json").write_text(json.dumps({"mutant": "m.x_f__mutmut_2", "test": "t::a"}))
+  (tmp_path / "12.json").write_text("{torn")
+  out = mutant_log.stopped_in_tests(tmp_path)
+  assert out.startswith("1 mutants stopped") and "m.x_f__mutmut_2: t::a" in out

@@ -36,14 +36,15 @@ def test_each_mutant_run_is_logged_with_its_first_failing_test(tmp_path, monkeyp
   def fake_execute(self, params, plugins=()):
     for nodeid, failed in (("t::a", False), ("t::b", True), ("t::b", True), ("t::c", True)):
       for plugin in plugins:
-        plugin.pytest_runtest_logreport(types.SimpleNamespace(nodeid=nodeid, failed=failed))
+        if hasattr(plugin, "pytest_runtest_logreport"):
+          plugin.pytest_runtest_logreport(types.SimpleNamespace(nodeid=nodeid, failed=failed))
     return 1
 
   monkeypatch.setattr(harness.PytestRunner, "execute_pytest", fake_execute)
   monkeypatch.setattr(harness.PytestRunner, "run_tests",
                       lambda self, *, mutant_name, tests: self.execute_pytest(list(tests)))
   log = tmp_path / "log.jsonl"
-  mutmut_run._install_mutant_log(log)  # pylint: disable=protected-access
+  mutmut_run._install_mutant_log(log, per_test_limits=False)  # pylint: disable=protected-access
   runner = harness.PytestRunner.__new__(harness.PytestRunner)
   assert runner.run_tests(mutant_name="m.x_f__mutmut_3", tests=["t::a", "t::b", "t::c"]) == 1
   assert runner.run_tests(mutant_name=None, tests=[]) == 1
@@ -206,3 +207,69 @@ def test_the_runner_records_without_serving(tmp_path, mutmut_run):
   with mutmut_run.recording_memo(tmp_path / "memo.pkl") as memo:
     assert memo.serve is False
   assert (tmp_path / "memo.pkl").exists()
+
+
+def test_each_test_gets_its_own_cpu_budget_with_a_floor(mutmut_run):
+  """mutmut's per-mutant formula, 2 x multiplier x (duration + constant), per test, never
+  under the floor; a limit that would not lower the mutant's own is left alone. Bugs
+  caught: the budget summed over the mutant's tests (nothing gained), or no floor (a test
+  measured warm stopped while it fills a cold cache)."""
+  assert mutmut_run.per_test_cpu_budget(0.01, 4.0, 1.0) == mutmut_run.PER_TEST_FLOOR_S == 60.0
+  assert mutmut_run.per_test_cpu_budget(20.0, 4.0, 1.0) == 168.0
+  limiter = mutmut_run.PerTestCpuLimit({"t::fast": 0.01, "t::slow": 20.0}, 4.0, 1.0)
+  assert limiter.limit_for("t::fast", 5.2, soft=800) == 66
+  assert limiter.limit_for("t::slow", 5.2, soft=800) == 174
+  assert limiter.limit_for("t::slow", 5.2, soft=170) is None  # mutmut's own limit is lower
+  assert limiter.limit_for("t::unmeasured", 5.2, soft=800) is None
+  import resource  # pylint: disable=g-import-not-at-top
+  assert limiter.limit_for("t::fast", 5.2, soft=resource.RLIM_INFINITY) == 66
+
+
+def _run_call_in_child(limiter, nodeid: str, busy_seconds: float, outer_limit: int) -> int:
+  """Forks; the child sets mutmut's whole-mutant CPU limit, runs the limiter's hook around
+  ``busy_seconds`` of CPU work, then exits 0 (its soft limit restored) or 3 (not restored).
+  Returns the child's wait status."""
+  import resource  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  pid = os.fork()
+  if pid == 0:
+    try:
+      now = int(time.process_time())
+      resource.setrlimit(resource.RLIMIT_CPU, (now + outer_limit, now + outer_limit + 1))
+      hook = limiter.pytest_runtest_call(types.SimpleNamespace(nodeid=nodeid))
+      next(hook)
+      end = time.process_time() + busy_seconds
+      while time.process_time() < end:
+        pass
+      try:
+        next(hook)
+      except StopIteration:
+        pass
+      ok = resource.getrlimit(resource.RLIMIT_CPU)[0] == now + outer_limit
+      os._exit(0 if ok else 3)  # pylint: disable=protected-access
+    except BaseException:  # pylint: disable=broad-except
+      os._exit(4)  # pylint: disable=protected-access
+  _, status = os.waitpid(pid, 0)
+  return status
+
+
+def test_a_hanging_test_is_stopped_at_its_own_budget_and_named(tmp_path, mutmut_run):
+  """A child stuck in one test ends by SIGXCPU (mutmut's timeout) at that test's budget,
+  long before the whole mutant's limit, and leaves a marker naming the mutant and the test;
+  a test within its budget gets the mutant's limit back and leaves no marker. Bugs caught:
+  the lowered limit not applied (the child runs to the whole limit) or not restored."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  limiter = mutmut_run.PerTestCpuLimit({"t::hangs": 0.0, "t::fine": 0.0}, 0.25, 0.0,
+                                       "m.x_f__mutmut_1", tmp_path, floor=1.0)
+  start = time.monotonic()
+  status = _run_call_in_child(limiter, "t::hangs", busy_seconds=30.0, outer_limit=60)
+  assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU
+  assert time.monotonic() - start < 15.0  # 1-2 CPU s, not the 30 s of work nor the 60 s limit
+  markers = list(tmp_path.glob("*.json"))
+  assert [json.loads(m.read_text())["test"] for m in markers] == ["t::hangs"]
+  assert json.loads(markers[0].read_text())["mutant"] == "m.x_f__mutmut_1"
+  markers[0].unlink()
+  status = _run_call_in_child(limiter, "t::fine", busy_seconds=0.2, outer_limit=60)
+  assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+  assert not list(tmp_path.glob("*.json"))
