@@ -258,7 +258,7 @@ class _TestRecorder:
 
 
 # A test's own CPU budget never falls below this many seconds (see PerTestCpuLimit).
-PER_TEST_FLOOR_S = 60.0
+PER_TEST_FLOOR_S = 30.0
 
 
 def per_test_cpu_budget(duration: float, multiplier: float, constant: float,
@@ -278,7 +278,7 @@ class PerTestCpuLimit:
   mirrored file takes ~95 s. Here the soft RLIMIT_CPU is lowered to that one
   test's budget (``per_test_cpu_budget``) for its call phase, then restored;
   the kernel's SIGXCPU ends the child exactly as mutmut's own limit does (a
-  timeout, counted as killed), even inside C code. The ``floor`` (60 CPU s) is
+  timeout, counted as killed), even inside C code. The ``floor`` (30 CPU s) is
   far above what a cold cache or a fresh ``tf.function`` trace can add to a
   test measured warm in the stats phase, so a correct mutant is not stopped
   early; a mutant whose whole budget is below the floor is untouched.
