@@ -67,6 +67,11 @@ report still classifies each with mutmut's own diff (a skipped mutant that no
 longer matches counts as left).
 ``MUTATION_RECHECK_REVIEWED=1`` runs them too; naming a mutant always runs it.
 
+Each test of a mutant runs under its own CPU limit (``PerTestCpuLimit``: mutmut's
+formula applied to that test alone, never under 30 CPU s), so a mutant that
+hangs in one fast test stops there instead of waiting out its whole mirrored
+file's budget (``MUTATION_PER_TEST_LIMIT=0`` turns it off).
+
 Usage: python tools/mutmut_run.py run --max-children 2   (any mutmut command)
 """
 from __future__ import annotations
