@@ -288,9 +288,10 @@ class PerTestCpuLimit:
   test measured warm in the stats phase, so a correct mutant is not stopped
   early; a mutant whose whole budget is below the floor is untouched.
 
-  While a lowered limit is in force, ``marker_dir/<pid>.json`` names the
+  While a lowered limit is in force, ``marker_dir/<mutant>.json`` names the
   mutant and the test; a child that dies there leaves it behind
-  (``python tools/mutant_log.py`` lists them).
+  (``python tools/mutant_log.py`` lists them after the run; during it, the
+  running children's markers are there too).
   """
 
   def __init__(self, duration_by_test: dict, multiplier: float, constant: float,
@@ -318,7 +319,7 @@ class PerTestCpuLimit:
     marker = None
     if limit is not None:
       if self.marker_dir is not None:
-        marker = self.marker_dir / f"{os.getpid()}.json"
+        marker = self.marker_dir / f"{self.mutant_name or os.getpid()}.json"
         marker.write_text(json.dumps({"mutant": self.mutant_name, "test": item.nodeid,
                                       "cpu_limit": limit}))
       resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))

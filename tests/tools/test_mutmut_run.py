@@ -267,6 +267,7 @@ def test_a_hanging_test_is_stopped_at_its_own_budget_and_named(tmp_path, mutmut_
   assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU
   assert time.monotonic() - start < 15.0  # 1-2 CPU s, not the 30 s of work nor the 60 s limit
   markers = list(tmp_path.glob("*.json"))
+  assert [m.name for m in markers] == ["m.x_f__mutmut_1.json"]
   assert [json.loads(m.read_text())["test"] for m in markers] == ["t::hangs"]
   assert json.loads(markers[0].read_text())["mutant"] == "m.x_f__mutmut_1"
   markers[0].unlink()
