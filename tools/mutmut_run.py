@@ -305,11 +305,12 @@ class PerTestCpuLimit:
   mirrored file takes ~95 s. Here the soft RLIMIT_CPU is lowered to that one
   test's budget (``per_test_cpu_budget``) for its call phase, then restored;
   the kernel's SIGXCPU ends the child exactly as mutmut's own limit does (a
-  timeout, counted as killed), even inside C code. The ``floor`` (10 CPU s) covers what a cold cache or a
-  fresh ``tf.function`` trace adds to a test measured warm in the stats phase:
-  every selected test run cold, fastest first, one process per file (unmutated,
-  no memo), used at most 7.5 CPU s in a call whose budget here is 10 s or
-  more. A mutant whose whole budget is below the floor is untouched.
+  timeout, counted as killed), even inside C code. The ``floor`` (10 CPU s)
+  covers what a cold cache or a fresh ``tf.function`` trace adds to a test
+  measured warm in the stats phase: every selected test run cold, fastest
+  first, one process per file (unmutated, no memo), used at most 7.5 CPU s in
+  a call whose budget here is 10 s or more. Where a test's budget would not
+  end before the mutant's own limit, that limit is left as it is.
 
   While a lowered limit is in force, ``marker_dir/<mutant>.json`` names the
   mutant and the test; a child that dies there leaves it behind
