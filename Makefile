@@ -13,6 +13,9 @@ PYTEST_ARGS ?=
 # so module fixtures are built once. TEST_WORKERS=0 runs everything in this process.
 TEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+# Tests marked `bench` (long end-to-end checks whose property a faster test covers) run in
+# `make bench`, not here; PYTEST_ARGS='-m ""' runs every test.
+TEST_MARKERS ?= not bench
 
 .PHONY: install demo test test-fast bench mutation mutation-report clean
 
@@ -33,12 +36,14 @@ demo: $(STAMP)
 	$(PY) -m experiments.idp_fedavg $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra --durations=25 $(XDIST) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=25 $(XDIST) -m "$(TEST_MARKERS)" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow and not bench" $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	# The long end-to-end checks left out of make test (marker `bench`).
+	$(PY) -m pytest -q -ra $(XDIST) -m bench
 	# The long form of SAMPLE's property tests (200 random settings; make test runs 40).
 	TFF_IDP_PROPERTY_EXAMPLES=200 $(PY) -m pytest -q tests/accounting/client/test_sample.py \
 	  -k 'random_settings or single_group_is_get_noise'

@@ -99,6 +99,8 @@ def test_cifar10_preset_trains_two_rounds_on_a_tiny_split(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # make bench; in make test: the CIFAR-10 preset run above (the same preset
+# runner), the paper's CNN in tests/idp_fedavg/test_in_process.py, saved splits in test_own_data.py
 def test_fmnist_preset_trains_two_rounds_with_the_28x28_cnn(tmp_path):
   raw = tmp_path / "raw"
   fakes.write_emnist_sqlite(str(raw), num_writers=12)

@@ -107,6 +107,8 @@ def test_paper_preset_runs_on_a_saved_image_split(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # make bench; in make test: tests/rpdp/test_record_level.py::
+# test_rerun_returns_stored_rows_and_refuses_other_learning_rate (the same check, in process)
 def test_changed_learning_rate_refuses_resume_until_restart(hospitals, tmp_path):
   base = [f"--dataset={hospitals}", "--rounds=2", "--seeds=0", "--methods=ours",
           "--client_rate=1", "--eval_every=2", "--checkpoint_every=1",

@@ -31,6 +31,7 @@ def test_bad_arguments_are_refused_with_the_usage(argv):
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # make bench; in make test: the summary and argument tests above
 def test_a_short_run_prints_every_entry():
   code = ("from benchmarks import bench_large_cohorts as b; "
           "print(b.table(b.main(passes=1, cohorts=(4, 12), per_client_max=4)))")

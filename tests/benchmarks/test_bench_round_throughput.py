@@ -17,6 +17,7 @@ def test_clip_bit_noise_is_valid_for_every_cohort_size():
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # make bench; in make test: the cohort-size test above
 def test_four_clients_run_every_entry(tmp_path):
   """--clients=4 crashed before (stock TFF's dp_aggregator refused σ_b = 0.2)."""
   code = ("from benchmarks import bench_round_throughput as b; "

@@ -49,6 +49,7 @@ def test_bad_arguments_are_refused_with_the_usage(argv):
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # make bench; in make test: the summary and argument tests above
 def test_a_short_run_prints_every_entry_and_stage():
   code = ("from benchmarks import bench_small_model_rounds as b; "
           "print(b.table(b.main(rounds=3, passes=1, out_path=None)))")

@@ -270,6 +270,7 @@ def test_idp_fedavg_and_scale_on_three_workers_equal_one_worker(shared_fleet, tm
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # make bench; in make test: IDP-FedAvg and SCALE on three workers (above)
 def test_rpdp_on_three_workers_equals_one_worker(shared_fleet, tmp_path):
   args = ["--num_clients=4", "--users_per_silo=3", "--rounds=2", "--local_steps=2",
           "--seeds=0", "--eval_every=1", "--methods=ours", "--insecure_reproducible_noise"]
@@ -321,6 +322,9 @@ def _run_until_killed(args, victim: Worker, metrics_path, rows=2, kill=None):
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # make bench; in make test: a dead or silent worker
+# is named (test_worker_that_stops_answering_hits_the_deadline, tests/execution/test_runtime.py),
+# and the retry test below runs the same fault to the reference metrics
 def test_killed_worker_fails_the_round_by_name_and_a_rerun_resumes(workers, tmp_path,
                                                                     reference_metrics):
   pair = workers(2)
@@ -342,6 +346,8 @@ def test_killed_worker_fails_the_round_by_name_and_a_rerun_resumes(workers, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # make bench; in make test: the quiet-loops test below (the fix this
+# guards) and the retry test (a worker failing mid-run, named on stderr)
 def test_a_worker_stopped_with_sigterm_fails_the_run_in_one_line(workers, tmp_path):
   """Issue 33 item 5. Bug caught: the other workers' subrounds, still in flight when the
   round failed, flooded the driving run with ~100 lines of asyncio's "Task exception was
