@@ -13,6 +13,7 @@ analyzer, a k the sampler was not calibrated for) is refused loudly.
 import asyncio
 import collections
 import copy
+import logging
 
 import numpy as np
 import pytest
@@ -237,7 +238,7 @@ def test_train_model_runs_idp_fedavg_with_individual_sampling_rates(tmp_path, pr
   arrays = client_arrays(8)
   calibration = tff_idp.get_group_sampling_rates([1.0, 4.0], [4, 4], 1e-3, 3, 4.0)
   rates = np.repeat(calibration.sampling_rates, 4)
-  source = IdpFedAvgDataSource(arrays, rates, batch_size=4)
+  source = IdpFedAvgDataSource(arrays, rates, batch_size=4, rounds=3)
   process = tff_idp.build_idp_fedavg_process(
       small_model_fn, client_optimizer=sgd(0.1), server_optimizer=sgd(1.0),
       noise_multiplier=calibration.noise_multiplier,
@@ -254,7 +255,7 @@ def test_train_model_runs_scale(tmp_path, program_context):
   """Item 8, SCALE: the clients' clip scales travel with their data; 3 rounds."""
   arrays = client_arrays(6)
   source = IdpFedAvgDataSource(arrays, np.full(6, 0.5), batch_size=4,
-                               clip_scales=[0.25, 0.5, 1.0] * 2)
+                               clip_scales=[0.25, 0.5, 1.0] * 2, rounds=3)
   assert "clip_scale" in str(source.federated_type)
   process = tff_idp.build_idp_fedavg_process(
       small_model_fn, client_optimizer=sgd(0.1), server_optimizer=sgd(1.0),
@@ -266,7 +267,7 @@ def test_train_model_runs_scale(tmp_path, program_context):
 def test_train_model_runs_rpdp(tmp_path, program_context):
   """Item 8, rPDP-FL: records with their rates and fresh secret seeds; 3 rounds."""
   arrays = client_arrays(5, examples=10)
-  source = RecordDpDataSource(arrays, [np.full(10, 0.5)] * 5, client_rate=0.6)
+  source = RecordDpDataSource(arrays, [np.full(10, 0.5)] * 5, client_rate=0.6, rounds=3)
   process = tff_idp.build_rpdp_fedavg_process(
       small_model_fn, client_optimizer=sgd(0.5), server_optimizer=sgd(1.0), local_steps=2,
       noise_multiplier=0.5, clip_norm=1.0)
@@ -277,7 +278,7 @@ def test_train_model_runs_apes(tmp_path, program_context):
   """Item 8, APES: every user every round with its own ε and a fresh seed; 3 rounds."""
   arrays = client_arrays(4)
   eps = [1.0, 2.0, 4.0, 8.0]
-  source = ApesDataSource(arrays, eps, batch_size=4)
+  source = ApesDataSource(arrays, eps, batch_size=4, rounds=3)
   process = tff_idp.build_apes_process(
       small_model_fn, mechanism="clip_laplace", client_learning_rate=0.1, clip=0.1,
       epsilons=eps)
@@ -287,7 +288,7 @@ def test_train_model_runs_apes(tmp_path, program_context):
 def test_iterators_draw_fresh_secret_seeds_and_resume_from_bytes():
   """Each round's seeds are fresh; two iterators draw different secrets; to_bytes resumes."""
   arrays = client_arrays(3, examples=5)
-  source = RecordDpDataSource(arrays, [np.ones(5)] * 3, client_rate=1.0)
+  source = RecordDpDataSource(arrays, [np.ones(5)] * 3, client_rate=1.0, rounds=10)
   it = source.iterator()
 
   def seeds(inputs):
@@ -305,13 +306,13 @@ def test_iterators_draw_fresh_secret_seeds_and_resume_from_bytes():
 def test_data_sources_refuse_bad_input():
   arrays = client_arrays(3)
   with pytest.raises(ToolkitValueError, match="one sampling rate per client"):
-    IdpFedAvgDataSource(arrays, [0.5, 0.5])
+    IdpFedAvgDataSource(arrays, [0.5, 0.5], rounds=3)
   with pytest.raises(ToolkitValueError, match=r"\(0, 1\]"):
-    IdpFedAvgDataSource(arrays, [0.5] * 3, clip_scales=[0.5, 1.5, 1.0])
+    IdpFedAvgDataSource(arrays, [0.5] * 3, clip_scales=[0.5, 1.5, 1.0], rounds=3)
   with pytest.raises(ToolkitValueError, match=r"\[0, 1\]"):
-    RecordDpDataSource(arrays, [np.full(12, 2.0)] * 3, client_rate=0.5)
+    RecordDpDataSource(arrays, [np.full(12, 2.0)] * 3, client_rate=0.5, rounds=3)
   with pytest.raises(ToolkitValueError, match="one ε per user"):
-    ApesDataSource(arrays, [1.0, 2.0])
+    ApesDataSource(arrays, [1.0, 2.0], rounds=3)
 
 
 @pytest.mark.parametrize("family", ["idp_fedavg", "rpdp", "ino_sgd", "apes"])
@@ -349,3 +350,27 @@ def test_a_source_refuses_rounds_past_its_calibration():
   with pytest.raises(ToolkitValueError, match="rounds"):
     RecordDpDataSource(client_arrays(3, examples=5), [np.ones(5)] * 3, client_rate=1.0,
                        rounds=0)
+
+
+@pytest.mark.parametrize("build", [
+    lambda arrays, **kw: IdpFedAvgDataSource(arrays, [0.5] * 3, **kw),
+    lambda arrays, **kw: RecordDpDataSource(arrays, [np.ones(5)] * 3, client_rate=1.0, **kw),
+    lambda arrays, **kw: ApesDataSource(arrays, [1.0, 2.0, 4.0], **kw)],
+    ids=["idp_fedavg", "rpdp", "apes"])
+def test_every_source_needs_its_calibrated_rounds_or_an_explicit_no_limit(build, caplog):
+  """A source built without ``rounds`` is refused, saying what to give: without a limit,
+  ``train_model`` runs as many rounds as it is told, past the rates' privacy analysis.
+  ``rounds=None`` is the explicit, logged opt-out. Bugs caught: ``rounds`` optional again
+  (silently unlimited), or a non-integer count (True, 2.5) taken as a limit."""
+  arrays = client_arrays(3, examples=5)
+  with pytest.raises(ToolkitValueError, match=r"give rounds=T.*rounds=None"):
+    build(arrays)
+  for bad in (0, True, 2.5, "3"):
+    with pytest.raises(ToolkitValueError, match="rounds="):
+      build(arrays, rounds=bad)
+  assert build(arrays, rounds=np.int64(2)).iterator().rounds == 2
+  with caplog.at_level(logging.WARNING):
+    unlimited = build(arrays, rounds=None).iterator()
+  assert "rounds=None" in caplog.text and "keep that count" in caplog.text
+  for _ in range(4):  # past any calibration: the caller keeps the count
+    unlimited.select(unlimited.clients_per_round)

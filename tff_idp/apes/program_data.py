@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 import secrets
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -51,15 +51,15 @@ class ApesDataSource(program_data_source.ClientArraysDataSource):
     epsilons: per user, its budget ε_i (the same multiset the process's
       de-bias was built with).
     batch_size: the users' local batch size.
-    rounds: the rounds the calibration covers; a further ``select`` is refused
-      (``None``: no limit; then you keep count).
+    rounds: required: the rounds the calibration covers; a further ``select``
+      is refused. ``None`` (explicit, logged): no limit; then you keep count.
     insecure_seed: debug only (NOT PRIVATE).
   """
 
   iterator_cls = ApesIterator
 
   def __init__(self, clients: Sequence, epsilons: Sequence[float], *, batch_size: int = 16,
-               rounds: Optional[int] = None, insecure_seed: Optional[int] = None):
+               rounds: Any = program_data_source.ROUNDS_REQUIRED, insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     eps = clip_laplace.check_epsilon(np.asarray(epsilons, np.float64).ravel(), "epsilons")
     if eps.shape != (len(arrays),):

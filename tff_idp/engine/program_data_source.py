@@ -31,6 +31,12 @@ copy.
 * an empty cohort gets one padding client with no data (a TFF round needs at
   least one client); it contributes nothing to any sum.
 
+A source must be told the rounds its rates were calibrated for (``rounds=T``):
+``select`` refuses round T+1, because the privacy analysis of the rates covers T
+rounds and ``train_model`` runs as many as its ``train_total_rounds`` says. A
+source built without ``rounds`` is refused with what to give; ``rounds=None``
+turns the limit off explicitly (logged: the caller then keeps the count).
+
 The iterator's ``to_bytes`` holds the run secret and the sampler's state: the
 program state it is saved in is as sensitive as a checkpoint.
 Family subclasses say how a client's input is built
@@ -41,6 +47,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import logging
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -51,6 +58,41 @@ from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.errors import ToolkitValueError
 
 _HEADER = "__header__"
+
+
+class _Required:
+  """The default of a data source's ``rounds``: not given (refused; see :func:`check_rounds`)."""
+
+  def __repr__(self) -> str:
+    return "<required>"
+
+
+ROUNDS_REQUIRED: Any = _Required()
+
+
+def check_rounds(rounds: Any, source: str) -> Optional[int]:
+  """``rounds`` as given to a data source: an integer >= 1, or an explicit ``None``.
+
+  Not given at all, it is refused: a source without a round limit lets
+  ``train_model`` run past the rounds the rates' privacy analysis covers
+  (IDP-FedAvg Alg. 1 calibrates q and σ for T rounds; rPDP-FL's and APES's
+  ledgers likewise), and nothing would say so.
+  """
+  if rounds is ROUNDS_REQUIRED:
+    raise ToolkitValueError(
+        f"{source}: give rounds=T, the number of rounds its sampling rates (or budgets) were "
+        "calibrated for; the source then refuses a round past T. rounds=None turns the "
+        "limit off, and then you keep the count of rounds yourself.")
+  if rounds is None:
+    logging.warning(
+        "%s built with rounds=None: it will select any number of rounds, so nothing stops "
+        "train_model past the rounds its rates were calibrated for; keep that count "
+        "yourself.", source)
+    return None
+  if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
+    raise ToolkitValueError(f"rounds={rounds!r} must be an integer >= 1 (or None for no "
+                            "limit).")
+  return int(rounds)
 
 
 def check_client_arrays(clients: Sequence[Any]) -> list[dict]:
@@ -228,10 +270,8 @@ class ClientArraysDataSource(tff.program.FederatedDataSource):
 
   def __init__(self, clients: Sequence[dict], rates: np.ndarray, options: dict,
                clients_per_round: Optional[int] = None, insecure_seed: Optional[int] = None,
-               rounds: Optional[int] = None):
-    if rounds is not None and (isinstance(rounds, bool) or int(rounds) != rounds
-                               or rounds < 1):
-      raise ToolkitValueError(f"rounds={rounds!r} must be an integer >= 1 or None.")
+               rounds: Any = ROUNDS_REQUIRED):
+    rounds = check_rounds(rounds, type(self).__name__)
     self._args = (list(clients), np.asarray(rates, np.float64), dict(options))
     self._clients_per_round = clients_per_round
     self._rounds = rounds

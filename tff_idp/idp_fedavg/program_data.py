@@ -16,7 +16,7 @@ clip scale s_i ∈ (0, 1].
 from __future__ import annotations
 
 import collections
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -66,8 +66,8 @@ class IdpFedAvgDataSource(program_data_source.ClientArraysDataSource):
     clip_scales: SCALE only: per client, its clip scale s_i ∈ (0, 1]
       (``get_group_clip_scales``); build the process with
       ``per_client_clip_scale=True``.
-    rounds: the rounds the calibration covers; a further ``select`` is refused
-      (``None``: no limit; then you keep count).
+    rounds: required: the rounds the calibration covers; a further ``select``
+      is refused. ``None`` (explicit, logged): no limit; then you keep count.
     insecure_seed: debug only: derive the sampling and shuffling secrets from
       this seed (NOT PRIVATE: the cohorts become predictable).
   """
@@ -77,7 +77,7 @@ class IdpFedAvgDataSource(program_data_source.ClientArraysDataSource):
   def __init__(self, clients: Sequence, sampling_rates: Sequence[float], *,
                batch_size: int = 16, local_epochs: int = 1,
                clip_scales: Optional[Sequence[float]] = None,
-               rounds: Optional[int] = None, insecure_seed: Optional[int] = None):
+               rounds: Any = program_data_source.ROUNDS_REQUIRED, insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     rates = program_data_source.check_rates(sampling_rates, len(arrays), "sampling rate")
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:

@@ -12,7 +12,7 @@ come from a record plan (``make_record_plan(...).rates``) or
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -44,8 +44,8 @@ class RecordDpDataSource(program_data_source.ClientArraysDataSource):
     client_rate: λ, every client's sampling rate per round; the expected
       cohort λ·N, rounded, is the ``train_per_round_clients`` to pass.
     batch_size: records per ``tf.data`` batch (the client concatenates them).
-    rounds: the rounds the calibration covers; a further ``select`` is refused
-      (``None``: no limit; then you keep count).
+    rounds: required: the rounds the calibration covers; a further ``select``
+      is refused. ``None`` (explicit, logged): no limit; then you keep count.
     insecure_seed: debug only (NOT PRIVATE), as for IDP-FedAvg's source.
   """
 
@@ -53,7 +53,7 @@ class RecordDpDataSource(program_data_source.ClientArraysDataSource):
 
   def __init__(self, clients: Sequence, record_rates: Sequence[Sequence[float]], *,
                client_rate: float, batch_size: int = 512,
-               rounds: Optional[int] = None, insecure_seed: Optional[int] = None):
+               rounds: Any = program_data_source.ROUNDS_REQUIRED, insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     if len(record_rates) != len(arrays):
       raise ToolkitValueError(f"give record rates for every client: got {len(record_rates)} "
