@@ -59,7 +59,8 @@ class ApesDataSource(program_data_source.ClientArraysDataSource):
   iterator_cls = ApesIterator
 
   def __init__(self, clients: Sequence, epsilons: Sequence[float], *, batch_size: int = 16,
-               rounds: Any = program_data_source.ROUNDS_REQUIRED, insecure_seed: Optional[int] = None):
+               rounds: Any = program_data_source.ROUNDS_REQUIRED,
+               insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     eps = clip_laplace.check_epsilon(np.asarray(epsilons, np.float64).ravel(), "epsilons")
     if eps.shape != (len(arrays),):

@@ -77,7 +77,8 @@ class IdpFedAvgDataSource(program_data_source.ClientArraysDataSource):
   def __init__(self, clients: Sequence, sampling_rates: Sequence[float], *,
                batch_size: int = 16, local_epochs: int = 1,
                clip_scales: Optional[Sequence[float]] = None,
-               rounds: Any = program_data_source.ROUNDS_REQUIRED, insecure_seed: Optional[int] = None):
+               rounds: Any = program_data_source.ROUNDS_REQUIRED,
+               insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     rates = program_data_source.check_rates(sampling_rates, len(arrays), "sampling rate")
     if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:

@@ -53,7 +53,8 @@ class RecordDpDataSource(program_data_source.ClientArraysDataSource):
 
   def __init__(self, clients: Sequence, record_rates: Sequence[Sequence[float]], *,
                client_rate: float, batch_size: int = 512,
-               rounds: Any = program_data_source.ROUNDS_REQUIRED, insecure_seed: Optional[int] = None):
+               rounds: Any = program_data_source.ROUNDS_REQUIRED,
+               insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     if len(record_rates) != len(arrays):
       raise ToolkitValueError(f"give record rates for every client: got {len(record_rates)} "
