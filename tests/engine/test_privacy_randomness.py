@@ -9,7 +9,13 @@ from tff_idp.engine.privacy_randomness import PrivacyRandomness
 
 
 def _seeds(r):
-  return (r.aggregator_noise_seed(), r.sampling_seed(), r.client_seed("c1", 3))
+  return (r.aggregator_noise_seed(), r.sampling_seed(), r.client_seed("c1", 3),
+          r.seed_counter_start())
+
+
+def test_seed_counter_start_fits_the_counter_with_room_for_rounds():
+  for _ in range(50):
+    assert 0 <= PrivacyRandomness.secret().seed_counter_start() < 2**62
 
 
 def test_secret_randomness_differs_between_runs():

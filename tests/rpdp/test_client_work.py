@@ -89,13 +89,14 @@ def test_same_client_datasets_every_round_draw_fresh_noise():
       MODEL_FN, tff.learning.optimizers.build_sgdm(0.1), local_steps=1,
       noise_multiplier=50.0, clip_norm=1.0)
   data = [_client(3, n=20, q=1e-3), _client(4, n=20, q=1e-3)]
-  state, (first, second) = _noise_only_updates(work, work.initialize(), data, 2)
-  assert state == 2
+  start = work.initialize()
+  state, (first, second) = _noise_only_updates(work, start, data, 2)
+  assert state == start + 2
   for a, b in zip(first, second):
     assert np.linalg.norm(a) > 1.0
     assert np.linalg.norm(a - b) > 0.5 * np.linalg.norm(a)
   # Replaying the same round (same state, same data) replays the same release.
-  _, (again,) = _noise_only_updates(work, work.initialize(), data, 1)
+  _, (again,) = _noise_only_updates(work, start, data, 1)
   np.testing.assert_array_equal(first[0], again[0])
 
 
@@ -189,7 +190,7 @@ def test_ino_client_work_round_equals_the_plain_step_on_the_same_records():
       noise_multiplier=1.0, clip_norm=1.0, example_weight_fn=weight_fn)
   weights = tff.learning.models.ModelWeights(
       trainable=[np.full((4, 3), 0.1, np.float32), np.zeros(3, np.float32)], non_trainable=[])
-  out = work.next(work.initialize(), [weights], [_client(4)])
+  out = work.next(np.int64(0), [weights], [_client(4)])  # the seed counter at 0
   rng = np.random.default_rng(4)
   x = rng.normal(size=(20, 4)).astype(np.float32)
   y = rng.integers(0, 3, 20).astype(np.int32)
@@ -203,3 +204,53 @@ def test_ino_client_work_round_equals_the_plain_step_on_the_same_records():
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-7)
   # The importance weights really change the step (γ = 3 covers several records).
   assert not np.allclose(plain["ino"][0].numpy(), plain["dp_sgd"][0].numpy())
+
+
+# Issue 48 item 1: two runs (two initialize() calls, or two processes) fed the *same*
+# client dataset objects, default secret seeds (record_dataset(seed=None)) included.
+WIDE_FEATURES, WIDE_CLASSES = 999, 10  # 10,000 parameters: enough coordinates for r
+WIDE_FN = models.tff_model_fn(
+    lambda: models.build_logistic_regression(WIDE_FEATURES, WIDE_CLASSES, seed=0),
+    collections.OrderedDict(x=tf.TensorSpec([None, WIDE_FEATURES], tf.float32),
+                            y=tf.TensorSpec([None], tf.int32)))
+
+
+def _wide_client(seed):
+  rng = np.random.default_rng(seed)
+  return process.record_dataset(rng.normal(size=(10, WIDE_FEATURES)).astype(np.float32),
+                                rng.integers(0, WIDE_CLASSES, 10).astype(np.int32),
+                                np.full(10, 1e-3))  # seed=None: the dataset's own secret
+
+
+def _model_step(learning_process, state, data):
+  before = np.concatenate([np.ravel(w) for w in
+                           learning_process.get_model_weights(state).trainable])
+  out = learning_process.next(state, data)
+  after = np.concatenate([np.ravel(w) for w in
+                          learning_process.get_model_weights(out.state).trainable])
+  return after - before
+
+
+@pytest.mark.parametrize("execution", ["tff", "in_process", "vectorized"])
+def test_two_runs_on_the_same_datasets_share_no_noise(execution):
+  """Privacy (issue 48): each initialize() draws a fresh secret that every client seed folds in.
+
+  Bug caught: a seed counter that starts at a constant (0, as before issue
+  48): two runs (a sweep over L on the same datasets) then drew identical
+  noise, correlation +1.0000, and Δ_A·Σq/L_A − Δ_B·Σq/L_B cancels it. With
+  q = 1e-3 the round's model step is pure noise (σ = 50) in 10,010
+  coordinates; for independent runs the sample correlation has sd ≈ 0.01, so
+  |r| < 0.05 fails with probability < 1e-6 (a 5-sd event). Each
+  ``initialize()`` draws from OS entropy, so this is not seeded: the stated
+  flake rate is the bound.
+  """
+  learning_process = process.build_rpdp_fedavg_driver_process(
+      WIDE_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=1,
+      noise_multiplier=50.0, clip_norm=1.0, client_execution=execution)
+  data = [_wide_client(i) for i in range(2)]
+  first = _model_step(learning_process, learning_process.initialize(), data)
+  second = _model_step(learning_process, learning_process.initialize(), data)
+  assert np.linalg.norm(first) > 0 and np.linalg.norm(second) > 0
+  r = np.corrcoef(first, second)[0, 1]
+  assert abs(r) < 0.05, f"two runs' noise correlates: r = {r:.4f}"

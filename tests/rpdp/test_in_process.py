@@ -157,7 +157,8 @@ def test_same_client_datasets_every_round_draw_fresh_noise_in_process():
   state = local.initialize()
   first = local.next(state, data)
   second = local.next(first.state, data)
-  assert first.state.client_work == 1 and second.state.client_work == 2
+  assert first.state.client_work == state.client_work + 1
+  assert second.state.client_work == state.client_work + 2
   w0 = np.concatenate([np.ravel(w) for w in local.get_model_weights(state).trainable])
   w1 = np.concatenate([np.ravel(w) for w in local.get_model_weights(first.state).trainable])
   w2 = np.concatenate([np.ravel(w) for w in local.get_model_weights(second.state).trainable])

@@ -36,11 +36,14 @@ computed or sent, because none is randomized: the client work's
 measurements are empty, unlike TFF's FedProx, whose ``sum_then_finalize``
 would send them to the server.
 
-**Fresh noise every round.** The client work's state is the round number
-(server-placed, public). It is broadcast, and each client folds it into
-its seed (``stateless_fold_in``), so even a driver that reuses a client's
-seed across rounds draws fresh noise each round (the reference code
-repeated the same noise quantiles every round, defect D6).
+**Fresh noise every round and every run.** The client work's state is its
+seed counter (server-placed): a secret start drawn at every
+``initialize()`` plus the round number
+(:func:`tff_idp.engine.tff_composition.round_counter`). It is broadcast, and
+each client folds it into its seed (``stateless_fold_in``), so even a driver
+that reuses a client's seed across rounds draws fresh noise each round (the
+reference code repeated the same noise quantiles every round, defect D6),
+and two runs with the same client seeds share no noise (issue 48).
 
 Sign: TFF's update is initial − trained weights (the server optimizer
 subtracts it). Both randomizers and both de-bias functions are odd
@@ -224,7 +227,11 @@ def build_ldp_client_work(
     proximal_strength: μ of FedProx (0 gives FedAvg's local update).
     local_epochs: passes over the client's dataset per round.
 
-  State: ``round`` (int64 at the server). Result: ``ClientResult(update=
+  State: the seed counter (int64 at the server): a secret start drawn at
+  every ``initialize()`` plus the round
+  (:func:`tff_idp.engine.tff_composition.round_counter`), folded into each
+  report's seed, so neither two rounds nor two runs with the same
+  ``make_client_input`` seeds share noise (issue 48). Result: ``ClientResult(update=
   OrderedDict(ldp_report=<randomized report>), update_weight=1.0)`` at the
   clients (the ``ldp_report`` field marks what
   :class:`~tff_idp.apes.aggregator.ShuffledPersonalizedMeanFactory` accepts).

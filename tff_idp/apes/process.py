@@ -213,6 +213,6 @@ def build_apes_driver_process(
                                                    None, None)
   return in_process_round.InProcessLearningProcess(
       parts.process, [], server_step,
-      # The client work's state is the round number (tff_composition.round_counter).
+      # The client work's state is the seed counter (tff_composition.round_counter).
       next_client_work_state=lambda round_num: np.int64(round_num) + 1,
       cohort_update=cohort_update, client_work_measurements=lambda _: ())

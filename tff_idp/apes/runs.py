@@ -191,6 +191,7 @@ def run_training(run: str, mechanism: str, federation: UserFederation,
   from tff_idp import apes as ldp  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   from tff_idp.engine.driver import RoundDriver  # pylint: disable=g-import-not-at-top
+  from tff_idp.engine import tff_composition  # pylint: disable=g-import-not-at-top
   d, c = federation.num_features, federation.num_classes
 
   def keras_builder():
@@ -214,7 +215,9 @@ def run_training(run: str, mechanism: str, federation: UserFederation,
                                  np.ones(federation.num_users), randomness.sampling_seed())
   hyper = dataclasses.asdict(training)
   driver = RoundDriver(
-      process=process, sampler=sampler,
+      # The client work's seed counter starts at the run's secret (issue 48).
+      process=tff_composition.WithSeedCounterStart(process, randomness.seed_counter_start()),
+      sampler=sampler,
       client_input_fn=user_input_fn(federation, epsilons, training, randomness, vectorized),
       output_dir=output_dir, evaluate_fn=evaluate_fn, eval_every=eval_every,
       checkpoint_every=checkpoint_every, progress=progress,

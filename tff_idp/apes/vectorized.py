@@ -112,7 +112,7 @@ class VectorizedLdpUpdate:
   """A cohort's APES client work in one computation per chunk (module docstring).
 
   Called as ``update(round_num, initial_weights, client_inputs)`` with the
-  client work's state (the round number) and the round's client inputs;
+  client work's state (the seed counter) and the round's client inputs;
   returns one ``(OrderedDict(ldp_report=<report as numpy arrays>), 1.0, None)``
   per user, in order (the TFF client work's ``ClientResult``).
   Arguments as :func:`tff_idp.apes.client_work.build_ldp_client_work`;

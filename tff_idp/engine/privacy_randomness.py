@@ -95,6 +95,15 @@ class PrivacyRandomness:
     """128-bit seed of the server's Poisson client sampler."""
     return int.from_bytes(self._derive("client-sampling", 16), "big")
 
+  def seed_counter_start(self) -> int:
+    """Secret start of rPDP-FL's / APES's client-work seed counter, in [0, 2^62).
+
+    Every client seed of the run has the counter folded in
+    (``tff_idp.engine.tff_composition.round_counter``), so two runs on the
+    same client dataset objects draw different noise (issue 48).
+    """
+    return int.from_bytes(self._derive("seed-counter-start"), "big") & ((1 << 62) - 1)
+
   def client_seed(self, client_id: str, round_num: int) -> tuple[int, int]:
     """A client's stateless seed for one round (record sampling, DP-SGD noise).
 

@@ -18,10 +18,13 @@ features and labels plus two fields (see :func:`record_dataset`):
   key from the run's secret (``tff_idp.engine.privacy_randomness``), which makes a
   run resumable from its checkpoint without making the noise predictable.
 
-The client work's state is the round counter (int64 at the server, public).
-It is broadcast every round and folded into each client's seed
+The client work's state is its seed counter (int64 at the server): a secret
+start drawn at every ``initialize()`` plus the round number
+(:func:`tff_idp.engine.tff_composition.round_counter`). It is broadcast every
+round and folded into each client's seed
 (:func:`tff_idp.rpdp.records.round_seed`), so a pipeline that feeds the same
-client datasets every round still gets fresh record sampling and noise.
+client datasets every round, or a second run (a sweep over L) on the same
+dataset objects, still gets fresh record sampling and noise.
 """
 from __future__ import annotations
 
@@ -79,9 +82,10 @@ def build_record_dp_client_work(
   The update weight is 1 for a client that took steps and 0 for one that had
   no records or only excluded ones, so padding clients never move the mean.
   Measurements are ``train/{loss, sampled_records, clipped_fraction,
-  mean_expected_batch, participating_clients}``. State: the round counter
-  (int64 at the server), folded into every client's seed each round (module
-  doc), so identical client datasets in two rounds still draw fresh noise.
+  mean_expected_batch, participating_clients}``. State: the seed counter
+  (int64 at the server; a secret start at each ``initialize()`` plus the
+  round), folded into every client's seed each round (module doc), so
+  identical client datasets in two rounds or two runs still draw fresh noise.
   """
   with tf.Graph().as_default():
     model = model_fn()

@@ -31,7 +31,7 @@ from tff_idp.rpdp import records
 
 
 def next_round(round_num: Any) -> np.int64:
-  """The client work's next state: the round counter plus one (as its TFF ``next`` does)."""
+  """The client work's next state: the seed counter plus one (as its TFF ``next`` does)."""
   return np.int64(round_num) + np.int64(1)
 
 
@@ -43,8 +43,9 @@ class RecordDpClientUpdate:
   update weight 1 if the client took steps and 0 if it had no records or only
   excluded ones (so padding clients never move the mean), and the sums of
   :mod:`tff_idp.rpdp.record_stats`. ``hparams`` is the client work's state,
-  the round counter: it is folded into the client's seed
-  (:func:`tff_idp.rpdp.records.round_seed`), as the TFF client work does.
+  the seed counter (a secret start per ``initialize()`` plus the round): it
+  is folded into the client's seed (:func:`tff_idp.rpdp.records.round_seed`),
+  as the TFF client work does.
   """
 
   def __init__(self, model_fn: Callable[[], tff.learning.models.VariableModel],

@@ -40,6 +40,7 @@ from tff_idp.engine.sampling import PoissonClientSampler
 from tff_idp.engine import fingerprint as fingerprint_lib
 from tff_idp.engine.driver import RECORD_LEVEL_FIELDS
 from tff_idp.engine.driver import RoundDriver
+from tff_idp.engine import tff_composition
 
 
 @dataclasses.dataclass
@@ -209,7 +210,10 @@ def run_record_level(process, federation: RecordFederation, plan: RecordPlan,
   sampler = PoissonClientSampler(client_ids, np.full(len(client_ids), plan.params.client_rate),
                                  randomness.sampling_seed())
   driver = RoundDriver(
-      process=process, sampler=sampler,
+      # The client work's seed counter starts at the run's secret (issue 48): two runs
+      # on the same datasets never share noise; a resume restores it from the checkpoint.
+      process=tff_composition.WithSeedCounterStart(process, randomness.seed_counter_start()),
+      sampler=sampler,
       client_input_fn=record_input_fn(federation, plan, accountant, randomness,
                                       canaries=canaries, arrays=arrays),
       output_dir=output_dir, evaluate_fn=evaluate_fn, eval_every=eval_every,

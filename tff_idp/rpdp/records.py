@@ -22,6 +22,13 @@ client datasets every round (``tff.learning.programs.train_model``,
 ``DatasetDataSource``) therefore still draws fresh record samples and fresh
 DP-SGD noise each round; identical noise in two rounds would cancel when the
 two updates are differenced.
+
+**Fresh randomness every run** (issue 48). The counter starts at a secret
+drawn at every ``initialize()``
+(:func:`tff_idp.engine.tff_composition.round_counter`), so two runs on the
+same dataset objects (a sweep over the clip norm, a restart with a new
+``initialize()``) draw independent noise, also with
+``record_dataset(seed=None)``, whose seed is drawn once per dataset.
 """
 from __future__ import annotations
 
@@ -57,10 +64,12 @@ def secret_client_seed() -> tuple[int, int]:
 
 
 def round_seed(seed: tf.Tensor, round_num: tf.Tensor) -> tf.Tensor:
-  """The seed a client draws with in one round: its data's seed with the round folded in.
+  """The seed a client draws with in one round: its data's seed with the counter folded in.
 
-  ``stateless_fold_in(seed, round)``: distinct rounds give independent
-  streams even when ``seed`` repeats (module doc).
+  ``stateless_fold_in(seed, counter)``, where ``round_num`` is the client
+  work's seed counter (the run's secret start plus the round): distinct
+  rounds and distinct runs give independent streams even when ``seed``
+  repeats (module doc).
   """
   return tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64),
                                                   tf.cast(round_num, tf.int64))

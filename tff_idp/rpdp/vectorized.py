@@ -73,7 +73,7 @@ class VectorizedRecordDpUpdate:
   """A cohort's record-level DP-SGD in one computation per chunk (module docstring).
 
   Called as ``update(round_num, initial_weights, client_inputs)`` with the
-  client work's state (the round counter) and the round's client datasets
+  client work's state (the seed counter) and the round's client datasets
   (:func:`tff_idp.rpdp.records.record_dataset`) or
   :class:`~tff_idp.rpdp.records.RecordArrays`; returns per client, in order,
   ``(Δ as numpy arrays, 0/1 update weight, statistics)`` as
