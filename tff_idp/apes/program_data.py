@@ -8,6 +8,14 @@ the number of users), and each user's input is
 :func:`~tff_idp.apes.client_work.make_client_input`: its batches, its own
 budget ε_i and a fresh secret seed for the round (the client work also folds
 its round counter in).
+
+Every round spends each user's ε_i once more, so the source is told the rounds
+T its ledger covers (``rounds=T``) and, like every family's source, all its
+iterators together select at most T rounds (issue 48;
+:class:`tff_idp.engine.program_data_source.RoundLedger`). The toolkit has no
+APES calibration object carrying both the ε_i and T (the shuffle ledger's user
+level also needs the model's dimension), so the refusal past T names the
+rounds, not the ε.
 """
 from __future__ import annotations
 
@@ -51,15 +59,18 @@ class ApesDataSource(program_data_source.ClientArraysDataSource):
     epsilons: per user, its budget ε_i (the same multiset the process's
       de-bias was built with).
     batch_size: the users' local batch size.
-    rounds: required: the rounds the calibration covers; a further ``select``
-      is refused. ``None`` (explicit, logged): no limit; then you keep count.
+    rounds: required: the rounds the ledger covers; a ``select`` that takes
+      the source's iterators together past them is refused. ``None``
+      (explicit, logged): no limit; then you keep count.
+    rounds_spent: rounds of this ledger already run (by an earlier process;
+      from your own ledger).
     insecure_seed: debug only (NOT PRIVATE).
   """
 
   iterator_cls = ApesIterator
 
   def __init__(self, clients: Sequence, epsilons: Sequence[float], *, batch_size: int = 16,
-               rounds: Any = program_data_source.ROUNDS_REQUIRED,
+               rounds: Any = program_data_source.ROUNDS_REQUIRED, rounds_spent: int = 0,
                insecure_seed: Optional[int] = None):
     arrays = program_data_source.check_client_arrays(clients)
     eps = clip_laplace.check_epsilon(np.asarray(epsilons, np.float64).ravel(), "epsilons")
@@ -69,4 +80,4 @@ class ApesDataSource(program_data_source.ClientArraysDataSource):
       raise ToolkitValueError(f"batch_size={batch_size!r} must be an integer >= 1.")
     super().__init__(arrays, np.ones(len(arrays)),
                      dict(batch_size=int(batch_size), epsilons=[float(e) for e in eps]),
-                     insecure_seed=insecure_seed, rounds=rounds)
+                     insecure_seed=insecure_seed, rounds=rounds, rounds_spent=rounds_spent)
