@@ -56,6 +56,9 @@ _PUBLIC = {
     "ExecutionRuntime": "tff_idp.execution.runtime",
     "execution_context": "tff_idp.execution.runtime",
     "RunPlugin": "tff_idp.engine.plugins",
+    # train_model: program state kept private, training metrics fit for a release
+    "PrivateFileProgramStateManager": "tff_idp.engine.program_state",
+    "ReleaseMetricsManager": "tff_idp.engine.release_metrics",
     # the one ledger interface and the DpEvents this toolkit adds
     "PrivacyLedger": "tff_idp.accounting.ledger",
     "TwoStageSampledDpEvent": "tff_idp.accounting.events",

@@ -1,0 +1,157 @@
+"""train_model's program state as private as a checkpoint (issue 48 B).
+
+TFF's ``FileProgramStateManager`` writes 0755 folders and 0644 files, and the
+state holds the sampler's secret and the clients' arrays in clear.
+``PrivateFileProgramStateManager`` keeps every folder 0700 and file 0600,
+whatever the umask, and stays loadable (by itself and by TFF's manager).
+"""
+import asyncio
+import collections
+import os
+import stat
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+# The structure train_model saves (TFF 0.87 does not export it).
+from tensorflow_federated.python.learning.programs import training_program_logic
+
+import tff_idp
+from tff_idp.engine import program_state
+from tff_idp.errors import ToolkitValueError
+
+FEATURES, CLASSES = 3, 2
+
+
+def _mode(path):
+  return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def _modes(root):
+  """{path relative to root: mode} of root and everything below it."""
+  out = {".": _mode(root)}
+  for folder, dirs, files in os.walk(root):
+    for name in dirs + files:
+      path = os.path.join(folder, name)
+      out[os.path.relpath(path, root)] = _mode(path)
+  return out
+
+
+def _assert_private(root):
+  modes = _modes(root)
+  assert len(modes) > 3, modes   # a SavedModel: folders and files
+  for path, mode in modes.items():
+    want = 0o700 if os.path.isdir(os.path.join(root, path)) else 0o600
+    assert mode == want, (path, oct(mode))
+
+
+@pytest.fixture(name="open_umask")
+def open_umask_fixture():
+  """The usual 022 umask, under which TFF's own manager writes world-readable state."""
+  old = os.umask(0o022)
+  try:
+    yield
+  finally:
+    os.umask(old)
+
+
+STATE = collections.OrderedDict(secret=np.array([7, 11], np.int64),
+                                arrays=np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def test_saved_state_is_owner_only_and_loads(tmp_path, open_umask):
+  """Bug caught: a saved version left at TFF's 0755/0644 (or the root left open)."""
+  del open_umask
+  stock_root, root = tmp_path / "stock", tmp_path / "private"
+  asyncio.run(tff.program.FileProgramStateManager(str(stock_root)).save(STATE, 1))
+  assert _mode(stock_root) & 0o077 and any(m & 0o044 for m in _modes(stock_root).values())
+
+  manager = tff_idp.PrivateFileProgramStateManager(str(root))
+  assert _mode(root) == 0o700   # before anything is written into it
+  for version in (1, 2):
+    asyncio.run(manager.save(STATE, version))
+  _assert_private(str(root))
+  assert asyncio.run(manager.get_versions()) == [1, 2]
+  for reader in (manager, tff.program.FileProgramStateManager(str(root))):
+    loaded = asyncio.run(reader.load(2, STATE))
+    np.testing.assert_array_equal(loaded["secret"], STATE["secret"])
+    np.testing.assert_array_equal(loaded["arrays"], STATE["arrays"])
+
+
+def test_state_a_stock_manager_saved_is_tightened(tmp_path, open_umask):
+  del open_umask
+  root = tmp_path / "state"
+  asyncio.run(tff.program.FileProgramStateManager(str(root)).save(STATE, 1))
+  (root / "notes.txt").write_text("not program state")
+  os.chmod(root / "notes.txt", 0o644)
+  manager = program_state.PrivateFileProgramStateManager(str(root))
+  _assert_private(str(root / "program_state_1"))
+  assert _mode(root) == 0o700
+  assert _mode(root / "notes.txt") == 0o644   # only the manager's own versions are touched
+  # The root opened up again after construction is closed before the next save.
+  os.chmod(root, 0o755)
+  asyncio.run(manager.save(STATE, 2))
+  assert _mode(root) == 0o700
+  _assert_private(str(root / "program_state_2"))
+
+
+@pytest.mark.parametrize("root_dir", ["", "gs://bucket/state", None])
+def test_roots_where_modes_do_not_apply_are_refused(root_dir):
+  with pytest.raises(ToolkitValueError, match="root_dir"):
+    tff_idp.PrivateFileProgramStateManager(root_dir)
+
+
+def _model_fn():
+  keras = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(FEATURES,)),
+                               tf.keras.layers.Dense(CLASSES)])
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, FEATURES], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  return tff.learning.models.from_keras_model(
+      keras, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=spec)
+
+
+def test_train_model_saves_private_state_and_resumes_from_it(tmp_path, tff_runtime,
+                                                             open_umask):
+  """rPDP-FL under train_model: 2 rounds, every file 0600; then a rerun to 3 rounds resumes.
+
+  A rerun that could not load the state would start over and fail to save
+  version 1 again (TFF refuses an existing version), so reaching version 3
+  shows the round trip.
+  """
+  del open_umask
+  rng = np.random.default_rng(0)
+  clients = [(rng.normal(size=(6, FEATURES)).astype(np.float32),
+              rng.integers(0, CLASSES, 6).astype(np.int32)) for _ in range(3)]
+  source = tff_idp.RecordDpDataSource(clients, [np.full(6, 0.5)] * 3, client_rate=1.0,
+                                      rounds=3)
+  process = tff_idp.build_rpdp_fedavg_process(
+      _model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=1,
+      noise_multiplier=1.0, clip_norm=1.0)
+  root = str(tmp_path / "state")
+
+  def train(rounds):
+    manager = tff_idp.PrivateFileProgramStateManager(root)
+    asyncio.run(tff.learning.programs.train_model(
+        train_process=process, train_data_source=source,
+        train_per_round_clients=source.clients_per_round, train_total_rounds=rounds,
+        program_state_manager=manager,
+        model_output_manager=tff.program.MemoryReleaseManager(),
+        evaluation_manager=None, evaluation_periodicity=1))
+    return manager
+
+  with tff_runtime.program_context():
+    train(2)
+    _assert_private(root)
+    manager = train(3)
+    _assert_private(root)
+
+    async def load():
+      initial = await tff.program.materialize_value(process.initialize())
+      return await manager.load_latest(
+          training_program_logic.ProgramState(initial, 0, 0, source.iterator()))
+
+    saved, version = asyncio.run(load())
+  assert version == 3 and saved[1] == 3
