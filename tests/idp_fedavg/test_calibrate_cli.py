@@ -173,3 +173,38 @@ def test_round_toward_is_directed_and_tight():
   assert calibrate.round_toward(0.375, 6, "down") == "0.375000"
   assert calibrate.round_toward(0.0508989, 3, "down") == "0.0508"
   assert calibrate.round_toward(1.23456, 3, "up") == "1.24"
+
+
+def _table_values(table):
+  """(σ, [q_p], [ε achieved]) as the printed strings of :func:`calibrate.format_table`."""
+  lines = table.splitlines()
+  sigma = next(l.split()[-1] for l in lines if l.startswith("noise multiplier σ"))
+  rows = [l.split() for l in lines if l.strip()[:1].isdigit() and len(l.split()) == 5]
+  return sigma, [r[3] for r in rows], [r[4] for r in rows]
+
+
+def test_table_rounds_sigma_up_rates_down_and_epsilon_up_exactly():
+  """Privacy (issue 48 item 6): each printed value is on the safe side of the calibrated one.
+
+  Bug caught: rates printed rounded up, or σ rounded down. The copied-values
+  test above recomputes ε from the text at two settings whose slack absorbs
+  a 7th-digit error; here each printed decimal is compared with the exact
+  binary value it stands for (``decimal.Decimal``), so a rounding direction
+  flipped on any of σ, the three q_p or the achieved ε fails. Deterministic.
+  """
+  import decimal  # pylint: disable=g-import-not-at-top
+  from tff_idp.accounting.client import sample  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg import calibrate  # pylint: disable=g-import-not-at-top
+  cal = sample.get_group_sampling_rates([1.0, 2.0, 4.0], [300, 400, 300], 1e-5, 50, 20.0)
+  sigma, rates, achieved = _table_values(calibrate.format_table(cal))
+  exact = decimal.Decimal
+  assert exact(sigma) >= exact(cal.noise_multiplier)
+  assert exact(sigma) - exact(cal.noise_multiplier) < exact(1e-6) * exact(sigma)
+  for printed, q in zip(rates, cal.sampling_rates):
+    assert exact(printed) <= exact(q), (printed, q)
+    assert exact(q) - exact(printed) < exact(1e-6) * exact(q)
+  for printed, eps in zip(achieved, cal.achieved_epsilons):
+    assert exact(printed) >= exact(eps), (printed, eps)
+  # Not vacuous: the values are not exact 7-digit decimals, so a flipped direction shows.
+  assert exact(sigma) != exact(cal.noise_multiplier)
+  assert all(exact(p) != exact(q) for p, q in zip(rates, cal.sampling_rates))
