@@ -1,0 +1,220 @@
+"""IdpFedAvgDataSource is made from its calibration and spends its rounds once (issue 48).
+
+The auditor's findings: ``train_model`` run twice on one source ran 2T rounds
+(each ``iterator()`` started at round 0 with a fresh secret), and a source
+built with rounds=10 from rates calibrated for 3 was accepted. Here the
+source takes rates and rounds from one plan (SAMPLE's GroupCalibration,
+SCALE's ScaleCalibration, the experiments' PrivacyPlan), refuses a rounds that
+disagrees, and refuses the round past T, whichever iterator asks, naming the
+ε per group it would reach; restore-and-continue after a crash still works.
+Training uses a 195-parameter logistic regression on 8 clients for 3 rounds.
+"""
+import asyncio
+import collections
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+import tff_idp
+from tff_idp.accounting.client.ledger import GroupPrivacyLedger
+from tff_idp.errors import ToolkitValueError
+from tff_idp.idp_fedavg import plan as privacy_plan
+from tff_idp.idp_fedavg.program_data import IdpFedAvgDataSource
+
+FEATURES, CLASSES = 12, 15
+SPEC = collections.OrderedDict(x=tf.TensorSpec([None, FEATURES], tf.float32),
+                               y=tf.TensorSpec([None], tf.int32))
+GROUPS = np.arange(8) % 2                      # group 0 at ε = 1, group 1 at ε = 4
+
+
+def clients(num=8, examples=6, seed=0):
+  rng = np.random.default_rng(seed)
+  return [(rng.normal(size=(examples, FEATURES)).astype(np.float32),
+           rng.integers(0, CLASSES, examples).astype(np.int32)) for _ in range(num)]
+
+
+@pytest.fixture(name="cal", scope="module")
+def calibration_fixture():
+  """SAMPLE (Alg. 1) for ε = (1, 4), δ = 1e-3, 3 rounds, 4 clients per round."""
+  return tff_idp.get_group_sampling_rates([1.0, 4.0], [4, 4], 1e-3, 3, 4.0)
+
+
+def test_the_plan_gives_the_source_its_rates_and_rounds(cal):
+  source = IdpFedAvgDataSource.from_plan(clients(), cal, groups=GROUPS, batch_size=4)
+  assert source.rounds == 3 and source.rounds_spent == 0
+  assert source.clients_per_round == round(cal.expected_clients_per_round)
+  it = source.iterator()
+  np.testing.assert_allclose(it._rates, np.asarray(cal.sampling_rates)[GROUPS])  # pylint: disable=protected-access
+  # The plan as the positional argument is the same source; rounds equal to T is fine.
+  same = IdpFedAvgDataSource(clients(), cal, groups=GROUPS, rounds=3)
+  np.testing.assert_allclose(same.iterator()._rates, it._rates)  # pylint: disable=protected-access
+
+
+def test_a_source_cannot_disagree_with_its_calibration(cal):
+  """Auditor item 2: rounds=10 with rates calibrated for 3 cannot be built; nor can a
+  grouping the plan was not solved for, or a no-limit source from a plan."""
+  data = clients()
+  with pytest.raises(ToolkitValueError, match=r"rounds=10 disagrees with the plan, calibrated "
+                     r"for 3 rounds \(ε \(1, 4\) at δ=0.001\): drop rounds= or calibrate"):
+    IdpFedAvgDataSource.from_plan(data, cal, groups=GROUPS, rounds=10)
+  with pytest.raises(ToolkitValueError, match="rounds=None disagrees"):
+    IdpFedAvgDataSource(data, cal, groups=GROUPS, rounds=None)
+  with pytest.raises(ToolkitValueError, match=r"group sizes \[4, 4\]"):
+    IdpFedAvgDataSource.from_plan(data, cal, groups=[0] * 6 + [1] * 2)
+  with pytest.raises(ToolkitValueError, match="give groups="):
+    IdpFedAvgDataSource.from_plan(data, cal)
+  with pytest.raises(ToolkitValueError, match="drop clip_scales="):
+    IdpFedAvgDataSource(data, cal, groups=GROUPS, clip_scales=[0.5] * 8)
+  with pytest.raises(ToolkitValueError, match="plan must be a GroupCalibration"):
+    IdpFedAvgDataSource.from_plan(data, [0.5] * 8)
+  with pytest.raises(ToolkitValueError, match="groups= goes with"):
+    IdpFedAvgDataSource(data, [0.5] * 8, groups=GROUPS, rounds=3)
+
+
+def test_scale_and_experiment_plans():
+  """SCALE's clip scales and the experiments' PrivacyPlan travel with their rounds."""
+  scale = tff_idp.get_group_clip_scales([1.0, 4.0], [4, 4], 1e-3, 3, 4.0)
+  source = IdpFedAvgDataSource.from_plan(clients(), scale, groups=GROUPS)
+  assert source.rounds == 3
+  assert source.iterator().options["clip_scales"] == [
+      pytest.approx(s) for s in np.asarray(scale.clip_scales)[GROUPS]]
+  spec = privacy_plan.parse_run_spec("50-50", [0.5, 0.5], 2)
+  plan = privacy_plan.make_privacy_plan(spec, [1.0, 4.0], 8, 4.0, 3, 1e-3, "rdp", seed=0)
+  source = IdpFedAvgDataSource.from_plan(clients(), plan)
+  assert source.rounds == 3
+  np.testing.assert_allclose(source.iterator()._rates, plan.client_rates)  # pylint: disable=protected-access
+  with pytest.raises(ToolkitValueError, match="disagrees"):
+    IdpFedAvgDataSource.from_plan(clients(), plan, rounds=4)
+  # A non-private plan has no T: the source needs rounds as before.
+  free = privacy_plan.make_privacy_plan(privacy_plan.parse_run_spec("nonprivate", [1.0], 1),
+                                        [1.0], 8, 4.0, 3, 1e-3, "rdp", seed=0)
+  with pytest.raises(ToolkitValueError, match="give rounds=T"):
+    IdpFedAvgDataSource.from_plan(clients(), free)
+  assert IdpFedAvgDataSource.from_plan(clients(), free, rounds=3).rounds == 3
+
+
+def test_the_auditors_sample_plan_is_refused_past_t_naming_the_epsilon():
+  """Auditor item 1 without TFF: SAMPLE for ε (1, 2, 4), T = 50; one iterator runs the 50
+  rounds, and a second iterator() (what a second train_model asks for) is refused at its
+  first select, the source's round 51, with the ε per group that round would spend (the
+  calibration's own accountant: GroupPrivacyLedger at 51 rounds), each over its budget."""
+  cal = tff_idp.get_group_sampling_rates([1.0, 2.0, 4.0], [4, 4, 4], 1e-3, 50, 4.0)
+  groups = np.repeat([0, 1, 2], 4)
+  source = IdpFedAvgDataSource.from_plan(clients(12, examples=2), cal, groups=groups)
+  first = source.iterator()
+  for _ in range(50):
+    first.select(source.clients_per_round)
+  with pytest.raises(ToolkitValueError) as refusal:
+    source.iterator().select(source.clients_per_round)
+  message = str(refusal.value)
+  assert "\n" not in message and "already selected 50" in message, message
+  reached = re.search(r"round 51 would spend ε per group \(([^)]*)\)", message)
+  assert reached, message
+  spent = [float(v) for v in reached.group(1).split(",")]
+  expected = GroupPrivacyLedger(cal.target_epsilons, cal.sampling_rates,
+                                [cal.noise_multiplier] * 3, cal.delta, 50).spent(51)
+  np.testing.assert_allclose(spent, expected, rtol=5e-3)
+  assert all(s > t for s, t in zip(spent, cal.target_epsilons))
+
+
+# -- under tff.learning.programs.train_model -------------------------------------------
+
+@pytest.fixture(name="program_context")
+def program_context_fixture(tff_runtime):
+  with tff_runtime.program_context() as context:
+    yield context
+
+
+def model_fn():
+  keras = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(FEATURES,)),
+                               tf.keras.layers.Dense(CLASSES)])
+  return tff.learning.models.from_keras_model(
+      keras, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=SPEC)
+
+
+def build_process(cal):
+  sgd = tff.learning.optimizers.build_sgdm
+  return tff_idp.build_idp_fedavg_process(
+      model_fn, client_optimizer=sgd(0.1), server_optimizer=sgd(1.0),
+      noise_multiplier=cal.noise_multiplier,
+      expected_clients_per_round=cal.expected_clients_per_round,
+      aggregator_kwargs=dict(clipped_count_stddev=cal.noise_multiplier))
+
+
+def train(process, source, rounds, manager, initial_state=None):
+  asyncio.run(tff.learning.programs.train_model(
+      train_process=process, initial_train_state=initial_state, train_data_source=source,
+      train_per_round_clients=source.clients_per_round, train_total_rounds=rounds,
+      program_state_manager=manager, model_output_manager=tff.program.MemoryReleaseManager(),
+      evaluation_manager=None, evaluation_periodicity=1))
+
+
+def versions(manager):
+  return sorted(asyncio.run(manager.get_versions()) or [])
+
+
+def test_train_model_twice_on_one_source_is_refused_at_round_t_plus_1(cal, tmp_path,
+                                                                      program_context):
+  """Auditor item 1 under train_model: 2 rounds, then a second train_model with a fresh
+  program state runs the source's round 3 and is refused at its round 2 (the source's
+  round 4); a third, from the first run's final state, is refused at its first round."""
+  source = IdpFedAvgDataSource.from_plan(clients(), cal, groups=GROUPS, batch_size=4)
+  process = build_process(cal)
+  first = tff.program.FileProgramStateManager(str(tmp_path / "first"))
+  train(process, source, 2, first)
+  assert versions(first) == [0, 1, 2] and source.rounds_spent == 2
+  second = tff.program.FileProgramStateManager(str(tmp_path / "second"))
+  with pytest.raises(ToolkitValueError, match=r"already selected 3 of them.*round 4 would "
+                     r"spend ε per group"):
+    train(process, source, 3, second)
+  assert source.rounds_spent == 3   # its round 1 ran (the source's 3rd); its round 2 did not
+  async def final_state():
+    initial = await tff.program.materialize_value(process.initialize())
+    return (await first.load(2, _structure(initial, source)))[0]
+  final = asyncio.run(final_state())
+  with pytest.raises(ToolkitValueError, match="no fresh budget"):
+    train(process, source, 1, tff.program.FileProgramStateManager(str(tmp_path / "third")),
+          initial_state=final)
+
+
+def _structure(state, source):
+  # The structure train_model saves (TFF 0.87 does not export it).
+  from tensorflow_federated.python.learning.programs import training_program_logic  # pylint: disable=g-import-not-at-top
+  return training_program_logic.ProgramState(state, 0, 0, source.iterator())
+
+
+class CrashingProcess:
+  """The process, dying in ``next`` of round ``crash_at`` (after that round's select)."""
+
+  def __init__(self, process, crash_at):
+    self._process, self._crash_at, self._calls = process, crash_at, 0
+
+  def initialize(self):
+    return self._process.initialize()
+
+  def next(self, state, data):
+    self._calls += 1
+    if self._calls == self._crash_at:
+      raise RuntimeError("simulated crash")
+    return self._process.next(state, data)
+
+
+def test_restore_and_continue_after_a_crash(cal, tmp_path, program_context):
+  """The run dies in round 3 after its select (3 rounds charged); resuming from the saved
+  program state re-selects the rounds after it with the restored iterator (same secret: the
+  same cohorts, free) and finishes. A new run on the source is then refused."""
+  source = IdpFedAvgDataSource.from_plan(clients(), cal, groups=GROUPS, batch_size=4)
+  process = build_process(cal)
+  manager = tff.program.FileProgramStateManager(str(tmp_path / "run"))
+  with pytest.raises(RuntimeError, match="simulated crash"):
+    train(CrashingProcess(process, 3), source, 3, manager)
+  # Round 2's save may not have run before the crash (train_model saves in a task).
+  assert versions(manager)[:2] == [0, 1] and source.rounds_spent == 3
+  train(process, source, 3, manager)
+  assert versions(manager) == [0, 1, 2, 3] and source.rounds_spent == 3
+  with pytest.raises(ToolkitValueError, match="round 4 would spend"):
+    train(process, source, 1, tff.program.FileProgramStateManager(str(tmp_path / "again")))
