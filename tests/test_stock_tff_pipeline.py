@@ -237,8 +237,8 @@ def test_train_model_runs_idp_fedavg_with_individual_sampling_rates(tmp_path, pr
   """Item 8, SAMPLE: per-client rates from a calibration; 3 rounds under ``train_model``."""
   arrays = client_arrays(8)
   calibration = tff_idp.get_group_sampling_rates([1.0, 4.0], [4, 4], 1e-3, 3, 4.0)
-  rates = np.repeat(calibration.sampling_rates, 4)
-  source = IdpFedAvgDataSource(arrays, rates, batch_size=4, rounds=3)
+  source = IdpFedAvgDataSource.from_plan(arrays, calibration, groups=np.repeat([0, 1], 4),
+                                         batch_size=4)   # its rates and its 3 rounds
   process = tff_idp.build_idp_fedavg_process(
       small_model_fn, client_optimizer=sgd(0.1), server_optimizer=sgd(1.0),
       noise_multiplier=calibration.noise_multiplier,
@@ -252,25 +252,33 @@ def test_train_model_runs_idp_fedavg_with_individual_sampling_rates(tmp_path, pr
 
 
 def test_train_model_runs_scale(tmp_path, program_context):
-  """Item 8, SCALE: the clients' clip scales travel with their data; 3 rounds."""
+  """Item 8, SCALE: the clients' clip scales travel with their data (from the SCALE
+  calibration, with its rounds); 3 rounds."""
   arrays = client_arrays(6)
-  source = IdpFedAvgDataSource(arrays, np.full(6, 0.5), batch_size=4,
-                               clip_scales=[0.25, 0.5, 1.0] * 2, rounds=3)
+  calibration = tff_idp.get_group_clip_scales([1.0, 4.0], [3, 3], 1e-3, 3, 3.0)
+  source = IdpFedAvgDataSource.from_plan(arrays, calibration, groups=[0, 1] * 3, batch_size=4)
   assert "clip_scale" in str(source.federated_type)
   process = tff_idp.build_idp_fedavg_process(
       small_model_fn, client_optimizer=sgd(0.1), server_optimizer=sgd(1.0),
-      noise_multiplier=0.5, expected_clients_per_round=3.0, per_client_clip_scale=True,
-      aggregator_kwargs=dict(clipped_count_stddev=5.0, expected_clip_scale_sum=1.75))
+      noise_multiplier=calibration.noise_multiplier, expected_clients_per_round=3.0,
+      per_client_clip_scale=True,
+      aggregator_kwargs=dict(clipped_count_stddev=5.0,
+                             expected_clip_scale_sum=calibration.expected_clip_scale_sum))
   _check_trained(process, _train(process, source, 3, 3, tmp_path), source, 3)
 
 
 def test_train_model_runs_rpdp(tmp_path, program_context):
-  """Item 8, rPDP-FL: records with their rates and fresh secret seeds; 3 rounds."""
+  """Item 8, rPDP-FL: records with their rates (from a record plan, with its λ and rounds)
+  and fresh secret seeds; 3 rounds."""
   arrays = client_arrays(5, examples=10)
-  source = RecordDpDataSource(arrays, [np.full(10, 0.5)] * 5, client_rate=0.6, rounds=3)
+  params = tff_idp.TwoStageParams(noise_multiplier=0.5, local_steps=2, rounds=3,
+                                  client_rate=0.6, delta=1e-5)
+  plan = tff_idp.make_record_plan("ours", {str(i): np.full(10, 8.0) for i in range(5)},
+                                  params, clip_norm=1.0)
+  source = RecordDpDataSource.from_plan(arrays, plan)
   process = tff_idp.build_rpdp_fedavg_process(
       small_model_fn, client_optimizer=sgd(0.5), server_optimizer=sgd(1.0), local_steps=2,
-      noise_multiplier=0.5, clip_norm=1.0)
+      noise_multiplier=plan.noise_multiplier, clip_norm=plan.clip_norm)
   _check_trained(process, _train(process, source, 3, 3, tmp_path), source, 3)
 
 
