@@ -132,8 +132,8 @@ def test_a_run_resumed_in_a_new_process_keeps_its_count():
   with pytest.raises(ToolkitValueError, match="calibrated for 3 rounds"):
     restored.select(2)
   # A fresh ledger that never saw the iterator: its round 3 costs its 3 rounds.
-  lone = IndexIterator(*source._args, PrivacyRandomness.secret(),  # pylint: disable=protected-access
-                       round_num=2, rounds=3)
+  args = source._args  # pylint: disable=protected-access
+  lone = IndexIterator(*args, PrivacyRandomness.secret(), round_num=2, rounds=3)
   lone.select(2)
   assert lone.rounds_spent == 3
 
@@ -169,3 +169,14 @@ def test_the_prototype_and_unused_iterators_cost_nothing():
   it.select(2)
   it.select(2)
   assert source.rounds_spent == 2
+
+
+def test_a_copy_of_the_source_shares_its_count():
+  """``copy.deepcopy(source)`` is the same calibration: it spends the same rounds."""
+  source = IndexSource([0.5] * 4, rounds=2)
+  source.iterator().select(2)
+  twin = copy.deepcopy(source)
+  twin.iterator().select(2)
+  assert source.rounds_spent == twin.rounds_spent == 2
+  with pytest.raises(ToolkitValueError, match="calibrated for 2 rounds"):
+    source.iterator().select(2)

@@ -42,15 +42,20 @@ def calibration_fixture():
   return tff_idp.get_group_sampling_rates([1.0, 4.0], [4, 4], 1e-3, 3, 4.0)
 
 
+def rates_of(source):
+  """Each client's sampling rate in the source's iterators."""
+  return source.iterator()._rates  # pylint: disable=protected-access
+
+
 def test_the_plan_gives_the_source_its_rates_and_rounds(cal):
   source = IdpFedAvgDataSource.from_plan(clients(), cal, groups=GROUPS, batch_size=4)
   assert source.rounds == 3 and source.rounds_spent == 0
   assert source.clients_per_round == round(cal.expected_clients_per_round)
-  it = source.iterator()
-  np.testing.assert_allclose(it._rates, np.asarray(cal.sampling_rates)[GROUPS])  # pylint: disable=protected-access
+  rates = rates_of(source)
+  np.testing.assert_allclose(rates, np.asarray(cal.sampling_rates)[GROUPS])
   # The plan as the positional argument is the same source; rounds equal to T is fine.
   same = IdpFedAvgDataSource(clients(), cal, groups=GROUPS, rounds=3)
-  np.testing.assert_allclose(same.iterator()._rates, it._rates)  # pylint: disable=protected-access
+  np.testing.assert_allclose(rates_of(same), rates)
 
 
 def test_a_source_cannot_disagree_with_its_calibration(cal):
@@ -85,7 +90,7 @@ def test_scale_and_experiment_plans():
   plan = privacy_plan.make_privacy_plan(spec, [1.0, 4.0], 8, 4.0, 3, 1e-3, "rdp", seed=0)
   source = IdpFedAvgDataSource.from_plan(clients(), plan)
   assert source.rounds == 3
-  np.testing.assert_allclose(source.iterator()._rates, plan.client_rates)  # pylint: disable=protected-access
+  np.testing.assert_allclose(rates_of(source), plan.client_rates)
   with pytest.raises(ToolkitValueError, match="disagrees"):
     IdpFedAvgDataSource.from_plan(clients(), plan, rounds=4)
   # A non-private plan has no T: the source needs rounds as before.
@@ -183,7 +188,8 @@ def test_train_model_twice_on_one_source_is_refused_at_round_t_plus_1(cal, tmp_p
 
 def _structure(state, source):
   # The structure train_model saves (TFF 0.87 does not export it).
-  from tensorflow_federated.python.learning.programs import training_program_logic  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.learning.programs import (  # pylint: disable=g-import-not-at-top
+      training_program_logic)
   return training_program_logic.ProgramState(state, 0, 0, source.iterator())
 
 

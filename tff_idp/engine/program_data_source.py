@@ -187,6 +187,20 @@ class RoundLedger:
             "program state to continue a run, or calibrate for more rounds and build a new "
             "source from that calibration.")
 
+  def __deepcopy__(self, memo: dict) -> "RoundLedger":
+    """The same ledger: a copy of a source (or of an iterator) spends the same rounds."""
+    memo[id(self)] = self
+    return self
+
+  def __getstate__(self) -> dict:
+    return self.snapshot()
+
+  def __setstate__(self, state: dict) -> None:
+    self.rounds, self.spent_before = state["rounds"], int(state["spent_before"])
+    self.source_id = state["source_id"]
+    self.reached = {str(k): int(v) for k, v in state["reached"].items()}
+    self._lock = threading.Lock()
+
   def snapshot(self) -> dict:
     with self._lock:
       return {"source_id": self.source_id, "rounds": self.rounds,
