@@ -390,8 +390,10 @@ def main(argv):
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  # The exact record count is a statistic of the private records: a release prints none.
   n = sum(federation.records.sizes.values())
-  print(f"federation: {federation.name}: {n} records, {len(federation.test_y)} test; "
+  records = "" if privacy_flags.release_only() else f"{n} records, "
+  print(f"federation: {federation.name}: {records}{len(federation.test_y)} test; "
         f"{described}; T={params.rounds}, τ={params.local_steps}, "
         f"λ={params.client_rate:g}, σ={params.noise_multiplier:g}, L={_CLIP.value:g}, "
         f"δ={params.delta:g}, {params.threat_model}, local: {local_algorithm}")

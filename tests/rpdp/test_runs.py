@@ -1,4 +1,4 @@
-"""rPDP-FL's run outputs: the released budget histogram (issue 31 item 5)."""
+"""rPDP-FL's run outputs: the budget histogram (issue 31 item 5), release mode (issue 48 A)."""
 import types
 
 import numpy as np
@@ -57,3 +57,76 @@ def test_the_table_names_its_training_settings_and_counts_seeds_grammatically(tm
          "mean_epsilon_spent": None, "calibration": {}}
   assert "(mean ± sd, 1 seed)" in runs.format_table([row], 1)
   assert "(mean ± sd, 3 seeds)" in runs.format_table([row], 3)
+
+
+def _release_row(method="ours", calibration=None):
+  return {"method": method, "label": method, "final_accuracies": [0.5], "mean_accuracy": 0.5,
+          "std_accuracy": 0.0, "history": [[1, 0.5]],
+          "calibration": calibration or {"method": method}}
+
+
+def test_release_calibration_keeps_only_what_the_flags_fix():
+  """Issue 48 A: the SCF fit, counts, ε_min and the record count are statistics of the
+  records' budgets; Dropout's ε_mod is kept only when it comes from the specification."""
+  from tff_idp.accounting.record import plan as record_plan  # pylint: disable=g-import-not-at-top
+  ours = {"method": "ours", "records": 90, "distinct_budgets": 2, "r_squared": 0.99,
+          "fit": {"a": 1.0}, "lowered_by_exact_check": 3, "excluded_q0": 0, "seconds": 0.1,
+          "unused_budget": {"mean": 0.01}}
+  assert runs.release_calibration(ours) == {"method": "ours"}
+  assert runs.release_calibration({"method": "minimum", "epsilon_min": 0.5}) == {
+      "method": "minimum"}
+  spec = {"method": "dropout", "epsilon_mod": 1.25, "dropped_records": 40,
+          "epsilon_mod_source": "the budget specification"}
+  assert runs.release_calibration(spec) == {
+      "method": "dropout", "epsilon_mod": 1.25,
+      "epsilon_mod_source": "the budget specification"}
+  from_records = dict(spec, epsilon_mod_source=record_plan.DROPOUT_CUTOFF_FROM_RECORDS)
+  assert runs.release_calibration(from_records) == {"method": "dropout"}
+  assert runs.release_calibration({"method": "privacy_free", "expected_batch": 64.0}) == {
+      "method": "privacy_free", "expected_batch": 64.0}
+
+
+def test_a_release_ledger_enforces_budgets_but_reports_no_column():
+  """metrics.csv's ledger columns (records active, ε spent means) count the records and
+  average their budgets: a release plan's ledger reports none, and charges as before."""
+  from tff_idp.accounting.record import plan as record_plan  # pylint: disable=g-import-not-at-top
+  from tff_idp.accounting.record import rdp_two_stage  # pylint: disable=g-import-not-at-top
+  params = rdp_two_stage.TwoStageParams(2.0, 1, 2, 1.0, 1e-4, "type2")
+  plan = record_plan.make_record_plan("ours", {"a": np.array([0.5, 2.0, 2.0])}, params, 1.0,
+                                      estimator="exact")
+  released = runs.release_plan(plan)
+  assert isinstance(released, record_plan.RecordPlan) and released.rates is plan.rates
+  ledger, reference = released.new_accountant(), plan.new_accountant()
+  assert ledger.metric_names() == [] and ledger.metrics() == {}
+  assert reference.metric_names() and reference.metrics()["records_active"] == 3
+  for accountant in (ledger, reference):
+    accountant.begin_round()
+    accountant.end_round(["a"])
+  np.testing.assert_array_equal(ledger.spent(), reference.spent())
+  assert runs.release_plan(record_plan.make_record_plan(
+      "privacy_free", {"a": np.ones(3)}, params, 1.0)).new_accountant() is None
+
+
+def test_release_rows_give_a_release_table_and_summary(tmp_path):
+  """Rows without budget statistics: the table has the accuracy only, summary.json no
+  not-private label; rows with them: the statistics are labelled not private."""
+  import json  # pylint: disable=g-import-not-at-top
+  rows = [_release_row("ours"), _release_row("minimum")]
+  assert runs.is_release(rows)
+  table = runs.write_summary(rows, 1, str(tmp_path / "release"))
+  assert "E[batch]" not in table and "Not private" not in table and "| ours |" in table
+  summary = json.loads((tmp_path / "release" / "summary.json").read_text())
+  assert summary["details"] == {}
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  if importlib.util.find_spec("matplotlib"):  # optional: without it, no figure
+    assert (tmp_path / "release" / "accuracy.png").stat().st_size > 0
+  full = dict(_release_row("ours"), mean_expected_batch=2.0, records_q0=0, excluded_at_end=0,
+              mean_epsilon_spent=0.4, mean_budget=0.8, budget_histogram=runs.budget_histogram(
+                  np.full(30, 0.5)))
+  assert not runs.is_release([full])
+  table = runs.write_summary([full], 1, str(tmp_path / "full"))
+  assert "E[batch]/step" in table and runs.NOT_PRIVATE_NOTE in table
+  details = json.loads((tmp_path / "full" / "summary.json").read_text())["details"]
+  assert set(runs.NOT_PRIVATE_FIELDS) <= set(details["not_private"]["fields"])
+  # A row with only some of the statistics still gets the labelled table (dashes).
+  assert "| — |" in runs.format_table([dict(_release_row(), mean_budget=0.8)], 1)

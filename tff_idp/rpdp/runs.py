@@ -9,6 +9,20 @@ row per method; :func:`format_table` and :func:`plot` present them.
 ``experiments.rpdp`` is its command line and :func:`tff_idp.runners.run_rpdp`
 its one-call Python entry.
 
+**Release mode** (``release_only``, the experiments' ``--release_only``;
+issue 48): what is written is only what the DP analysis covers. The
+records' budgets ε_ij are personal (under ``by_class`` a record's budget is
+its label's), and any exact statistic of them reveals one record by
+differencing two releases that differ in it: N·m − (N−1)·m′ of a mean is the
+removed record's budget, and a histogram cell moves by one, withheld or
+not. So a release holds no such statistic (:data:`NOT_PRIVATE_FIELDS`: the
+expected batch, records at q = 0, the ledger's ε spent and budget use, the
+mean budget, the budget histogram, the calibration's fit and counts), and
+``metrics.csv`` gets no ledger columns (:func:`release_plan`); the rows keep
+the evaluations of the released models on held-out data (post-processing).
+Outside release mode those statistics are written and labelled not private
+(``summary.json``'s ``details.not_private``, a line under the table).
+
 With an ``audit`` plug-in (``RecordCanaryAudit(k)`` of
 :mod:`tff_idp.audit.record_canaries`: record-level gradient canaries,
 Andrew et al., ICLR 2024) every private method also gets an empirical
@@ -33,6 +47,9 @@ import tensorflow_federated as tff
 from tff_idp import console
 from tff_idp import models
 from tff_idp.accounting.record import rdp_two_stage
+from tff_idp.accounting.record.ledger import RecordBudgetAccountant
+from tff_idp.accounting.record.plan import DROPOUT_CUTOFF_FROM_RECORDS
+from tff_idp.accounting.record.plan import RecordPlan
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.rpdp.client_work import build_rpdp_fedavg_driver_process
 from tff_idp.engine import evaluation
@@ -141,29 +158,26 @@ def training_line(config: Mapping) -> str:
 
 
 def format_table(results: list[dict], num_seeds: int) -> str:
-  """The Fig. 8-style table; with budgets by class, per-group utility columns too."""
+  """The Fig. 8-style table; with budgets by class, per-group utility columns too.
+
+  Rows made in release mode (:func:`is_release`) get the release's columns
+  only: the accuracy, and the per-group utility.
+  """
   by_group = all("group_accuracy" in r for r in results)
-  header = [
-      "method", f"accuracy (mean ± sd, {report.count(num_seeds, 'seed')})", "E[batch]/step",
-      "records with q=0", "excluded at end", "mean ε spent / mean budget",
-      "max budget used vs effective ε", "budget used vs own ε_ij (max / mean)", "SCF R²",
-      "lowered by exact check"]
+  release = is_release(results)
+  header = ["method", f"accuracy (mean ± sd, {report.count(num_seeds, 'seed')})"]
+  if not release:
+    header += ["E[batch]/step", "records with q=0", "excluded at end",
+               "mean ε spent / mean budget", "max budget used vs effective ε",
+               "budget used vs own ε_ij (max / mean)", "SCF R²", "lowered by exact check"]
   if by_group:
     header += ["accuracy per group (mean)", "worst group accuracy (mean)",
                "imbalance (sd of group recalls)"]
   cells = []
   for r in results:
-    c = r["calibration"]
-    spent = report.DASH if r["mean_epsilon_spent"] is None else \
-        f"{r['mean_epsilon_spent']:.3f} / {r['mean_budget']:.3f}"
-    vs_own = report.DASH if r.get("max_budget_used_vs_own") is None else \
-        f"{r['max_budget_used_vs_own']:.3f} / {r['mean_budget_used_vs_own']:.3f}"
-    row = [r["method"], report.percent_pm(r["mean_accuracy"], r["std_accuracy"]),
-           f"{r['mean_expected_batch']:.1f}", r["records_q0"],
-           report.or_dash(r["excluded_at_end"]), spent,
-           report.or_dash(r.get("max_budget_used_vs_effective"), lambda v: f"{v:.3f}"),
-           vs_own, f"{c['r_squared']:.4f}" if "r_squared" in c else report.DASH,
-           c.get("lowered_by_exact_check", report.DASH)]
+    row = [r["method"], report.percent_pm(r["mean_accuracy"], r["std_accuracy"])]
+    if not release:
+      row += _not_private_cells(r)
     if by_group:
       per_group = ", ".join(f"{g}: {100 * a:.2f}" for g, a in r["group_accuracy"].items())
       worst = ", ".join(dict.fromkeys(g for g in r["worst_groups"] if g)) or report.DASH
@@ -173,12 +187,32 @@ def format_table(results: list[dict], num_seeds: int) -> str:
   return report.markdown_table(header, cells)
 
 
+def _not_private_cells(r: Mapping) -> list:
+  """The table cells of a row's :data:`NOT_PRIVATE_FIELDS` and calibration statistics
+  (a dash for each one the row lacks)."""
+  c = r["calibration"]
+  spent = report.DASH if r.get("mean_epsilon_spent") is None else \
+      f"{r['mean_epsilon_spent']:.3f} / {r['mean_budget']:.3f}"
+  vs_own = report.DASH if r.get("max_budget_used_vs_own") is None else \
+      f"{r['max_budget_used_vs_own']:.3f} / {r['mean_budget_used_vs_own']:.3f}"
+  return [report.or_dash(r.get("mean_expected_batch"), lambda v: f"{v:.1f}"),
+          report.or_dash(r.get("records_q0")), report.or_dash(r.get("excluded_at_end")), spent,
+          report.or_dash(r.get("max_budget_used_vs_effective"), lambda v: f"{v:.3f}"),
+          vs_own, f"{c['r_squared']:.4f}" if "r_squared" in c else report.DASH,
+          c.get("lowered_by_exact_check", report.DASH)]
+
+
 def plot(results: list[dict], out: str) -> None:
-  """Accuracy per round (first seed) and the histogram of the records' budgets."""
+  """Accuracy per round (first seed) and, outside release mode, the records' budgets."""
+  hist = results[0].get("budget_histogram")
+  if hist is None:  # release mode: the histogram is a statistic of the records' budgets
+    with report.figure(out, 1) as (ax0,):
+      report.plot_histories(ax0, [(r["method"], r["history"]) for r in results],
+                            ylabel="test accuracy (first seed)")
+    return
   with report.figure(out, 2, figsize=(11, 4.2)) as (ax0, ax1):
     report.plot_histories(ax0, [(r["method"], r["history"]) for r in results],
                           ylabel="test accuracy (first seed)")
-    hist = results[0]["budget_histogram"]
     edges = np.asarray(hist["edges"], float)
     counts = np.asarray([0 if c is None else c for c in hist["counts"]], float)
     shown = counts > 0
@@ -188,7 +222,7 @@ def plot(results: list[dict], out: str) -> None:
     ax1.set_xscale("log")
     ax1.set_xlabel("ε_ij")
     ax1.set_ylabel("records")
-    ax1.set_title(f"privacy preferences (cells < {hist['min_cell_count']} records hidden)")
+    ax1.set_title(f"records' budgets (NOT private; cells < {hist['min_cell_count']} hidden)")
 
 
 def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
@@ -237,6 +271,11 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
   record's own ε_ij (for ours the same as vs effective; for Minimum the mean
   shows the personal budget left unused; Dropout's dropped records count 0).
 
+  ``release_only`` (release mode, module doc): no ``record_plan.csv``, no
+  diagnostics, no ledger columns in ``metrics.csv``, no small-batch warning,
+  and rows without :data:`NOT_PRIVATE_FIELDS`, whose ``calibration`` holds
+  only what the flags fix (:func:`release_calibration`).
+
   ``audit`` (a plug-in, e.g. :class:`tff_idp.audit.record_canaries.RecordCanaryAudit`)
   adds an audit run (the first seed, in ``<method>/seed<s>-audit``) of every
   private method it audits. Its per-level results go into the row's
@@ -281,7 +320,9 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
       audit.prepare(plans_by_seed[seeds[0]], federation.records)
     except ValueError as e:
       raise AuditConfigError(str(e)) from None
-  for plan in plans_by_seed[seeds[0]].values():  # the rates depend on the budgets only
+  # The rates depend on the budgets only; the warning's batch is a statistic of them,
+  # so a release prints none (issue 48 A).
+  for plan in ([] if release_only else plans_by_seed[seeds[0]].values()):
     warn_if_batch_below_one(plan)
   family = _RecordRuns(
       federation=federation, budgets_by_seed=budgets_by_seed, params=params,
@@ -350,7 +391,7 @@ class _RecordRuns:
   def run_seed(self, method: str, seed: int) -> SeedResult:
     run_dir = os.path.join(self.output_dir, method, f"seed{seed}")
     _, _, accountant = record_level.run_record_level(
-        self.process, self.federation.records, self.plans_by_seed[seed][method], seed, run_dir,
+        self.process, self.federation.records, self._plan(seed, method), seed, run_dir,
         self.evaluate, self.eval_every, self.checkpoint_every, self.progress,
         hyperparameters=self.hyperparameters, **self.run_kwargs)
     rows = read_metrics(os.path.join(run_dir, "metrics.csv"))
@@ -359,23 +400,12 @@ class _RecordRuns:
                        if r["eval_accuracy"] is not None],
                       {"final_row": rows[-1], "accountant": accountant})
 
+  def _plan(self, seed: int, method: str) -> RecordPlan:
+    """The plan a run trains with; in release mode one whose ledger writes no columns."""
+    plan = self.plans_by_seed[seed][method]
+    return release_plan(plan) if self.release_only else plan
+
   def end_spec(self, method: str, results: list) -> dict:
-    # The last seed's plan, ledger and budgets (one draw unless drawn per seed).
-    plan = self.plans_by_seed[self.seeds[-1]][method]
-    accountant = results[-1].extras["accountant"]
-    flat_budgets = np.concatenate(list(self.budgets_by_seed[self.seeds[-1]].values()))
-    all_q = np.concatenate(list(plan.rates.values()))
-    expected = np.mean([plan.rates[c].sum() for c in plan.rates])
-    spent = accountant.spent() if accountant is not None else None
-    # Under Type I the record ledger follows the secret client sampling: it is
-    # a diagnostic, left out of a release-only summary.
-    ledger_is_diagnostic = accountant is not None and accountant.metrics_depend_on_sampling
-    withheld = self.release_only and ledger_is_diagnostic
-    # Budget usage (rPDP-FL §6.2 ledger, last seed): against the effective ε the
-    # method calibrated to (ε_min, ε_mod; ε_ij for ours) and against each
-    # record's own ε_ij (Minimum's unused budget, Dropout's dropped records at 0).
-    ledger = accountant.metrics() if accountant is not None and not withheld else None
-    usage = lambda name: None if ledger is None else ledger[name]  # noqa: E731
     groups = {}
     if self.class_groups:
       groups = dict(group_summary([r.extras["final_row"] for r in results], self.group_names),
@@ -384,7 +414,7 @@ class _RecordRuns:
     audited = {}
     if self.audit is not None and self.audit.audits(method):
       audited = self.audit.run(
-          self.model_fn, self.federation.records, self.plans_by_seed[self.seeds[0]][method],
+          self.model_fn, self.federation.records, self._plan(self.seeds[0], method),
           run_seed=self.seeds[0],
           output_dir=os.path.join(self.output_dir, method, f"seed{self.seeds[0]}-audit"),
           accuracy_without=results[0].final_accuracy, client_learning_rate=self.learning_rate,
@@ -392,13 +422,31 @@ class _RecordRuns:
           example_weight_fn=self.local_weight_fn, hyperparameters=self.hyperparameters,
           evaluate_fn=self.evaluate, eval_every=self.eval_every,
           checkpoint_every=self.checkpoint_every, progress=self.progress, **self.run_kwargs)
+    # The last seed's plan, ledger and budgets (one draw unless drawn per seed).
+    plan = self.plans_by_seed[self.seeds[-1]][method]
+    if self.release_only:
+      # The evaluations of the released models on held-out data (post-processing),
+      # the groups' classes (--class_budgets) and the flags' part of the calibration.
+      return {"method": method, "label": method,
+              "calibration": release_calibration(plan.calibration),
+              "history": results[0].history, **groups, **audited}
+    accountant = results[-1].extras["accountant"]
+    flat_budgets = np.concatenate(list(self.budgets_by_seed[self.seeds[-1]].values()))
+    all_q = np.concatenate(list(plan.rates.values()))
+    expected = np.mean([plan.rates[c].sum() for c in plan.rates])
+    spent = accountant.spent() if accountant is not None else None
+    # Budget usage (rPDP-FL §6.2 ledger, last seed): against the effective ε the
+    # method calibrated to (ε_min, ε_mod; ε_ij for ours) and against each
+    # record's own ε_ij (Minimum's unused budget, Dropout's dropped records at 0).
+    # Not private (NOT_PRIVATE_FIELDS; under Type I the ledger also follows the
+    # secret client sampling): release mode returned above without them.
+    ledger = accountant.metrics() if accountant is not None else None
+    usage = lambda name: None if ledger is None else ledger[name]  # noqa: E731
     return {
         "method": method, "label": method,
         "mean_expected_batch": float(expected), "records_q0": int(np.sum(all_q == 0)),
-        "excluded_at_end": (None if withheld else
-                            accountant.metrics()["records_excluded"] if accountant else 0),
-        "mean_epsilon_spent": (float(spent.mean()) if spent is not None and not withheld
-                               else None),
+        "excluded_at_end": ledger["records_excluded"] if ledger is not None else 0,
+        "mean_epsilon_spent": float(spent.mean()) if spent is not None else None,
         # max_budget_used: the vs-effective value, under its earlier name.
         "max_budget_used": usage("budget_used_max_vs_effective"),
         "max_budget_used_vs_effective": usage("budget_used_max_vs_effective"),
@@ -409,20 +457,24 @@ class _RecordRuns:
         "budget_histogram": budget_histogram(flat_budgets), **groups, **audited}
 
 
-# Fixed, data-independent bin edges for the released budget histogram: four per decade.
+# Fixed, data-independent bin edges for the budget histogram: four per decade.
 BUDGET_HISTOGRAM_EDGES = tuple(float(e) for e in np.round(np.logspace(-3, 3, 25), 6))
 MIN_CELL_COUNT = 20
 
 
 def budget_histogram(budgets: np.ndarray, min_cell_count: int = MIN_CELL_COUNT) -> dict:
-  """The records' budgets as a release-safe aggregate (issue 31 item 5).
+  """The records' budgets as counts on fixed bins (issue 31 item 5): NOT private.
 
   Per-record budgets are personal (under ``by_class`` a record's budget is
   its label's), so ``summary.json`` gets no per-record values: only counts
   over fixed, data-independent log bins (:data:`BUDGET_HISTOGRAM_EDGES`;
   budgets outside them fall in ``below``/``above``), and every count below
-  ``min_cell_count`` is withheld (``None``). The per-record plan
-  (``record_plan.csv``) is a diagnostic (docs/privacy.md).
+  ``min_cell_count`` is withheld (``None``). That is still not differential
+  privacy (issue 48 A): removing one record moves its bin's count by one,
+  and a cell going from 20 to 19 turns withheld, which shows it as well. So
+  a release (release mode) holds no histogram, and the other summaries list
+  it under ``details.not_private``. The per-record plan (``record_plan.csv``)
+  is a diagnostic (docs/privacy.md).
   """
   budgets = np.asarray(budgets, float).ravel()
   edges = np.asarray(BUDGET_HISTOGRAM_EDGES)
@@ -434,6 +486,76 @@ def budget_histogram(budgets: np.ndarray, min_cell_count: int = MIN_CELL_COUNT) 
           "below": cell(np.sum(finite < edges[0])), "above": cell(np.sum(finite > edges[-1])),
           "unbounded": cell(np.sum(~np.isfinite(budgets))),
           "min_cell_count": int(min_cell_count)}
+
+
+# Row entries that are exact statistics of the records' budgets ε_ij, rates q_ij or
+# ledger (issue 48 A): no DP analysis covers them, and removing one record changes
+# them by an amount that reveals its budget (under by_class, its label). Release
+# mode writes none; the other summaries label them (NOT_PRIVATE_NOTE).
+NOT_PRIVATE_FIELDS = ("mean_expected_batch", "records_q0", "excluded_at_end",
+                      "mean_epsilon_spent", "max_budget_used", "max_budget_used_vs_effective",
+                      "max_budget_used_vs_own", "mean_budget_used_vs_own", "mean_budget",
+                      "budget_histogram")
+NOT_PRIVATE_NOTE = (
+    "Not private: exact statistics of the records' budgets, rates and ledger (E[batch], "
+    "records with q=0, excluded, ε spent, budget used, mean budget, the budget histogram, "
+    "the calibration's fit and counts; under by_class, of the records' labels). No DP "
+    "analysis covers them: do not publish them; --release_only leaves them out.")
+
+
+def is_release(results: Sequence[Mapping]) -> bool:
+  """Whether summary rows were made in release mode: none holds a not-private entry."""
+  return not any(k in r for r in results for k in NOT_PRIVATE_FIELDS)
+
+
+def release_calibration(calibration: Mapping[str, Any]) -> dict:
+  """The part of a plan's calibration summary that a release may hold: what flags fix.
+
+  ``method``; Dropout's ε_mod where it comes from the budget specification
+  (not from the records' budgets); PrivacyFree's expected batch (a flag).
+  The rest (the SCF fit and its R², records lowered, at q = 0 or dropped,
+  ε_min, the unused budget, the record count, the wall time) is computed
+  from the records' budgets.
+  """
+  out = {"method": calibration.get("method")}
+  if "epsilon_mod" in calibration and \
+      calibration.get("epsilon_mod_source") != DROPOUT_CUTOFF_FROM_RECORDS:
+    out.update(epsilon_mod=calibration["epsilon_mod"],
+               epsilon_mod_source=calibration["epsilon_mod_source"])
+  if calibration.get("method") == "privacy_free" and "expected_batch" in calibration:
+    out["expected_batch"] = calibration["expected_batch"]
+  return out
+
+
+class _ReleaseLedger(RecordBudgetAccountant):
+  """The record ledger of a release: it charges and enforces every budget as before,
+  but reports no metric columns. Its columns (records active and excluded, ε spent
+  min/mean/max, budget used) are exact statistics of the records' budgets, so even
+  under Type II, where they do not follow the sampling, a release writes none."""
+
+  def metric_names(self, group_names: Sequence[str] = ()) -> list[str]:
+    del group_names
+    return []
+
+  def metrics(self, group_names: Sequence[str] = (), evaluating: bool = True) -> dict:
+    del group_names, evaluating
+    return {}
+
+
+@dataclasses.dataclass
+class _ReleasePlan(RecordPlan):
+  """A :class:`RecordPlan` whose ledger is a :class:`_ReleaseLedger`."""
+
+  def new_accountant(self) -> Optional[RecordBudgetAccountant]:
+    if self.budgets is None:
+      return None
+    return _ReleaseLedger(self.budgets, self.rates, self.params, own_budgets=self.own_budgets)
+
+
+def release_plan(plan: RecordPlan) -> RecordPlan:
+  """``plan`` (same rates, budgets, calibration) for a run in release mode: the round
+  driver then writes no ledger column to ``metrics.csv`` (issue 48 A)."""
+  return _ReleasePlan(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)})
 
 
 RECORD_PLAN_FILE = "record_plan.csv"
@@ -483,20 +605,30 @@ def write_summary(results: list[dict], num_seeds: int, output_dir: str,
 
   ``sections``: ``(title, text)`` pairs printed below the table where the
   text is not empty (a plug-in's table, e.g. the record-level audit's).
+
+  Rows made outside release mode hold statistics of the records' budgets: a
+  line under the table and ``details.not_private`` in ``summary.json`` say so
+  (:data:`NOT_PRIVATE_FIELDS`). Rows made in release mode hold none, and the
+  plot then has no budget histogram.
   """
+  release = is_release(results)
   table = format_table(results, num_seeds)
   if config and all(k in config for k in ("rounds", "local_steps", "client_rate",
                                           "noise_multiplier", "clip_norm", "learning_rate",
                                           "delta", "threat_model")):
     table = training_line(config) + "\n\n" + table
+  if not release:
+    table += f"\n\n{NOT_PRIVATE_NOTE}"
   for title, text in sections:
     if text:
       table += f"\n\n{title}:\n\n{text}"
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, "summary.md"), "w") as f:
     f.write(table + "\n")
+  not_private = {"fields": [*NOT_PRIVATE_FIELDS, "calibration"], "note": NOT_PRIVATE_NOTE}
   summary_lib.write_summary(output_dir, "rpdp", config or {}, results,
-                            privacy_warning=privacy_warning)
+                            privacy_warning=privacy_warning,
+                            details=None if release else {"not_private": not_private})
   plot(results, os.path.join(output_dir, "accuracy.png"))
   return table
 
