@@ -375,6 +375,27 @@ def _data_and_owners(preset: Preset, cfg: dict):
       {c: names[n] for n, classes in enumerate(preset.owners) for c in classes})
 
 
+def _describe(data, owners: ino_methods.Owners, cfg: dict, batch_given: bool
+              ) -> tuple[str, str]:
+  """(the data and owners, the expected batch) of the line printed before training.
+
+  Under ``--release_only`` without the records' statistics (issue 48): no record
+  counts (of the silo or per owner), no owners where they are the budget levels
+  the records hold (budgets per record), no b where the record count set it.
+  """
+  names, epsilons = cfg["owner_names"], cfg["epsilons"]
+  if not cfg["release_only"]:
+    owners_text = ", ".join(f"{g}: ε={e:g} ({int(np.sum(owners.of_record == n))} records)"
+                            for n, (g, e) in enumerate(zip(names, epsilons)))
+    return (f"{data.name}, {len(data.test_y)} test; owners {owners_text}",
+            f"b={cfg['expected_batch']:g}")
+  owners_text = (", ".join(f"{g}: ε={e:g}" for g, e in zip(names, epsilons))
+                 if owners.by_class else "budgets per record")
+  return (f"{ino_methods.release_data_name(data.name)}, {len(data.test_y)} test; owners "
+          f"{owners_text}", f"b={cfg['expected_batch']:g}" if batch_given
+          else "b from the record count (not shown)")
+
+
 @cli.entry(rules={"eval_every": cli.Rule(
     "int", low=0, meaning="steps between evaluations (0 = at the end only)")})
 def main(argv):
@@ -384,6 +405,7 @@ def main(argv):
   try:
     cfg = parse_config()
     preset = PRESETS[cfg["preset"]]
+    batch_given = cfg["expected_batch"] is not None  # else a tenth of the records
     data, owners = _data_and_owners(preset, cfg)
     cfg.update(epsilons=list(owners.epsilons), owner_names=list(owners.names),
                expected_batch=ino_defaults.expected_batch(cfg["expected_batch"], len(data.y)))
@@ -401,10 +423,9 @@ def main(argv):
   privacy_flags.announce()
   out_dir = cli.prepare_output_dir(_OUTPUT_DIR.value)
   names = cfg["owner_names"]
-  owners_text = ", ".join(f"{g}: ε={e:g} ({int(np.sum(owners.of_record == n))} records)"
-                          for n, (g, e) in enumerate(zip(names, cfg["epsilons"])))
-  print(f"{preset.name}: {data.name}, {len(data.test_y)} test; owners {owners_text}; "
-        f"{cfg['mechanism'].upper()}, T={cfg['steps']}, b={cfg['expected_batch']:g}, "
+  data_text, batch_text = _describe(data, owners, cfg, batch_given)
+  print(f"{preset.name}: {data_text}; "
+        f"{cfg['mechanism'].upper()}, T={cfg['steps']}, {batch_text}, "
         f"C={cfg['clip_norm']:g}, η={cfg['learning_rate']:g}, δ={cfg['delta']:g}; INO "
         f"γ={cfg['ino_gamma_ratio']:g}·E[Σ q C], Beta({cfg['ino_alpha']:g}, "
         f"{cfg['ino_beta']:g}); seeds {cfg['seeds']}", flush=True)
@@ -425,7 +446,8 @@ def main(argv):
       rows, runs, cfg, list(dict.fromkeys(owners.class_groups.values())), out_dir,
       title=preset.name if not own else "INO-SGD on your data", data_name=data.name,
       group_epsilons=cfg["epsilons"] if owners.by_class else None, notes=notes,
-      details={"owners": owner_classes, "paper": preset.paper if not own else None})
+      details={"owners": owner_classes, "paper": preset.paper if not own else None},
+      expected_batch_given=batch_given)
   print()
   print(body)
   print(f"\nsummary.md/json, per_group.png and per-run metrics.csv in {out_dir}")

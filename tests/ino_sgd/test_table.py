@@ -126,3 +126,53 @@ def test_owners_by_class_are_named_by_their_classes():
 def test_counts_are_grammatical():
   assert [report.count(n, "seed") for n in (0, 1, 2, 5)] == [
       "0 seeds", "1 seed", "2 seeds", "5 seeds"]
+
+
+def _release_rows():
+  return [{k: v for k, v in r.items() if k not in runs.NOT_PRIVATE_FIELDS} for r in ROWS]
+
+
+def test_release_mode_writes_no_plan_and_nothing_the_records_set(tmp_path):
+  """Issue 48: budgets per record (no ``group_epsilons``) make the owners the budget
+  levels the records hold; b from the default rule is a tenth of the records. A release
+  holds neither, nor the plans, nor the record count in the data's name, nor the owners
+  (here as a library caller passes them). Bug caught: any of them written."""
+  cfg = {"seeds": [0, 1, 2, 3], "epsilons": [0.1, 0.7, 1.0], "owner_names": ["a", "b", "c"],
+         "delta": 1e-5, "expected_batch": 8.9, "insecure_reproducible_noise": False,
+         "release_only": True}
+  body = runs.write_summary(_release_rows(), [], cfg, NAMES, str(tmp_path), title="t",
+                            data_name="cifar10 (clients pooled, 89 records)",
+                            details={"owners": {"eps=0.1": 0.1}, "budgets": "uniform"})
+  summary = json.load(open(tmp_path / "summary.json"))
+  assert not {"epsilons", "owner_names", "expected_batch"} & set(summary["config"])
+  assert summary["details"]["data"] == "cifar10 (clients pooled)"
+  assert "owners" not in summary["details"] and "not_private" not in summary["details"]
+  assert summary["details"]["budgets"] == "uniform"
+  text = (tmp_path / "summary.md").read_text()
+  assert "records" not in text and "per owner: q / C" not in text and "Not private" not in text
+  assert "holds none of them" in body
+
+
+def test_release_mode_keeps_what_flags_fix(tmp_path):
+  """Owners by class (``group_epsilons`` given: --class_budgets or a preset) and b from a
+  flag are flags: a release keeps them."""
+  cfg = {"seeds": [0], "epsilons": [0.1, 1.0], "owner_names": NAMES, "delta": 1e-5,
+         "expected_batch": 60.0, "insecure_reproducible_noise": False, "release_only": True}
+  runs.write_summary(_release_rows(), [], cfg, NAMES, str(tmp_path), title="t",
+                     data_name="d", group_epsilons=[0.1, 1.0],
+                     details={"owners": {"0-4": [0, 1, 2, 3, 4]}}, expected_batch_given=True)
+  summary = json.load(open(tmp_path / "summary.json"))
+  assert summary["config"]["epsilons"] == [0.1, 1.0]
+  assert summary["config"]["expected_batch"] == 60.0
+  assert summary["details"]["owners"] == {"0-4": [0, 1, 2, 3, 4]}
+
+
+def test_outside_release_mode_the_plans_are_labelled_not_private(tmp_path):
+  cfg = {"seeds": [0, 1, 2, 3], "epsilons": [0.1, 1.0], "owner_names": NAMES, "delta": 1e-5,
+         "insecure_reproducible_noise": False}
+  body = runs.write_summary(ROWS, [], cfg, NAMES, str(tmp_path), title="t", data_name="d",
+                            group_epsilons=[0.1, 1.0])
+  assert "per owner: q / C / ε spent" in body and runs.NOT_PRIVATE_NOTE in body
+  details = json.load(open(tmp_path / "summary.json"))["details"]
+  assert set(runs.NOT_PRIVATE_FIELDS) <= set(details["not_private"]["fields"])
+  assert details["not_private"]["note"] == runs.NOT_PRIVATE_NOTE

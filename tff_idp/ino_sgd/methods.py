@@ -6,6 +6,7 @@ table row each; owner n holds the classes ``owners[n]``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -117,3 +118,10 @@ def classes_name(classes: Sequence[int]) -> str:
 def budget_name(epsilon: float) -> str:
   """An owner's name from its budget: "eps=0.1"."""
   return f"eps={float(epsilon):g}"
+
+
+def release_data_name(name: str) -> str:
+  """``name`` without its record count ("Synthetic IID (pooled, 600 records)" → "Synthetic
+  IID (pooled)"): the exact count of the private records is no part of a release
+  (issue 48; :mod:`tff_idp.ino_sgd.runs`, release mode)."""
+  return re.sub(r"(, )?\b\d+ records\b", "", name).replace(" ()", "")

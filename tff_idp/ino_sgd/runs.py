@@ -8,11 +8,28 @@ silo (:mod:`tff_idp.centralized.trainer`) with INO-SGD's importance weights
 owner group. :func:`run_methods` runs the grid with
 :func:`tff_idp.engine.run_template.run_grid`; the rows follow the summary
 schema of docs/api.md (``label``, ``mean_accuracy``, ``std_accuracy``, ...).
+
+**Release mode** (``cfg["release_only"]``, the experiment's ``--release_only``;
+issue 48): what is written is only what the DP analysis covers. The plan is
+computed from the owners' record counts |D_n| (IDP-SGD's SAMPLE rates solve
+Σ_n q_n|D_n| = b, SCALE's rate is b / Σ|D_n|, and z, the thresholds, the
+achieved ε and INO-SGD's γ follow), so every value of it is an exact
+statistic of the records: from two releases on N and N − 1 records,
+``owner_sizes`` (or ``records``, or the rates) name the owner, i.e. under
+budgets by class the class group, of the removed record. A release holds
+none of them (:data:`NOT_PRIVATE_FIELDS`, the ``plan`` and ``gamma`` of
+``details.runs``, the expected batch where a tenth of the records set it,
+the owners' ε levels where budgets are per record, the record count in the
+data's name; :func:`write_summary`); what stays is the evaluation of the
+released models on held-out data (post-processing of models trained under
+every owner's (ε_n, δ), INO-SGD Thm 3.3) and the flags. Outside release
+mode they are written and labelled not private (a line under the plans
+table, ``details.not_private``).
 """
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -31,6 +48,7 @@ from tff_idp.engine.run_template import run_grid
 from tff_idp.engine.summary import sample_sd
 from tff_idp.ino_sgd import importance
 from tff_idp.ino_sgd.methods import MethodRun
+from tff_idp.ino_sgd.methods import release_data_name
 
 class InoSgdRuns:
   """:class:`~tff_idp.engine.run_template.FamilyRuns` of the INO-SGD comparison.
@@ -103,7 +121,10 @@ class InoSgdRuns:
     record = {"label": spec.label, "kind": spec.kind, "drop": spec.drop, "seed": seed,
               "gamma": self._gamma, "plan": self._plan.to_dict(),
               "final": reports[-1].to_dict()}
-    if not cfg["release_only"]:
+    if cfg["release_only"]:
+      for key in NOT_PRIVATE_RUN_FIELDS:  # statistics of the owners' record counts
+        del record[key]
+    else:
       record["diagnostics"] = {"mean_batch": run.mean_batch,
                                "clipped_fraction": run.clipped_fraction,
                                "seconds_per_step": run.seconds_per_step}
@@ -112,7 +133,10 @@ class InoSgdRuns:
     return SeedResult(reports[-1].overall_accuracy, history, {"final": record["final"]})
 
   def end_spec(self, spec: MethodRun, results: Sequence[SeedResult]) -> dict:
-    """Mean ± sd (ddof = 1) over seeds per group, the worst group, the imbalance, the plan."""
+    """Mean ± sd (ddof = 1) over seeds per group, the worst group, the imbalance, the plan.
+
+    In release mode (module doc) the row has no plan: none of :data:`NOT_PRIVATE_FIELDS`.
+    """
     finals = [r.extras["final"] for r in results]
     names, plan = self.group_names, self._plan.to_dict()
 
@@ -120,7 +144,7 @@ class InoSgdRuns:
       v = np.asarray(values, float)
       return {"mean": float(np.nanmean(v)), "std": sample_sd(v), "values": v.tolist()}
 
-    return {
+    row = {
         "label": spec.label, "seeds": len(finals),
         "accuracy": stat([f["overall_accuracy"] for f in finals]),
         "group_accuracy": {g: stat([f["accuracy"][g] for f in finals]) for g in names},
@@ -132,6 +156,30 @@ class InoSgdRuns:
         "achieved_epsilons": plan["achieved_epsilons"], "gamma": self._gamma,
         "history": results[0].history,
     }
+    if self.cfg["release_only"]:
+      for key in NOT_PRIVATE_FIELDS:
+        del row[key]
+    return row
+
+
+# Row entries that are exact statistics of the silo's records (issue 48): the record
+# count and the owner plan, which is computed from the owners' record counts |D_n|
+# (module doc). No DP analysis covers them; release mode writes none.
+NOT_PRIVATE_FIELDS = ("records", "rates", "thresholds", "noise_multiplier",
+                      "achieved_epsilons", "gamma")
+# The same in each (run, seed) record of ``details.runs``.
+NOT_PRIVATE_RUN_FIELDS = ("plan", "gamma")
+NOT_PRIVATE_NOTE = (
+    "Not private: the record counts and the plans above (rates q, thresholds C, z, the "
+    "spent budgets, γ) are exact statistics of the owners' record counts, and under "
+    "budgets by class of the records' labels; so are the record count in the data's name "
+    "and an expected batch set by the record count. No DP analysis covers them: do not "
+    "publish them; --release_only leaves them out.")
+RELEASE_PLANS_NOTE = (
+    "Every owner's budget (ε_n, δ = {delta:g}) is met: the plan is re-verified with "
+    "dp-accounting before training (INO-SGD Thm 3.3). Its rates, thresholds, noise "
+    "multiplier, spent budgets and record counts are computed from the owners' record "
+    "counts, so a release (--release_only) holds none of them.")
 
 
 def run_methods(silo: Silo, owners: np.ndarray, class_groups: dict, cfg: dict,
@@ -249,20 +297,64 @@ def plot(rows: Sequence[dict], names: Sequence[str], out: str, title: str) -> No
 
 
 
+def release_config(cfg: Mapping[str, Any], *, by_class: bool,
+                   expected_batch_given: bool) -> dict:
+  """The part of ``cfg`` a release may hold (module doc): what the flags fix.
+
+  Without ``expected_batch_given`` (b from the default rule, a tenth of the
+  records) the expected batch is left out; without ``by_class`` (budgets per
+  record: the owners are the budget levels the records hold) the owners'
+  ``epsilons`` and ``owner_names`` too.
+  """
+  out = {k: v for k, v in cfg.items() if k != "owners"}
+  if not expected_batch_given:
+    out.pop("expected_batch", None)
+  if not by_class:
+    out.pop("epsilons", None)
+    out.pop("owner_names", None)
+  return out
+
+
 def write_summary(rows: Sequence[dict], run_records: Sequence[dict], cfg: dict,
                   group_names: Sequence[str], output_dir: str, *, title: str, data_name: str,
                   group_epsilons: Optional[Sequence[float]] = None,
-                  details: Optional[dict] = None, notes: Sequence[str] = ()) -> str:
+                  details: Optional[dict] = None, notes: Sequence[str] = (),
+                  expected_batch_given: bool = False) -> str:
   """Writes ``summary.md``, ``summary.json`` and ``per_group.png``; returns the text printed.
 
-  ``cfg`` carries ``seeds``, ``epsilons``, ``owner_names``, ``delta`` and
-  ``insecure_reproducible_noise``; ``notes`` are paragraphs added below the
-  tables (e.g. the paper's numbers).
+  ``cfg`` carries ``seeds``, ``epsilons``, ``owner_names``, ``delta``,
+  ``insecure_reproducible_noise`` and ``release_only``; ``notes`` are
+  paragraphs added below the tables (e.g. the paper's numbers).
+  ``group_epsilons`` (the groups' ε) is given where the groups are owners by
+  class, i.e. the budgets follow the classes (flags); None for budgets per
+  record.
+
+  Release mode (``cfg["release_only"]``, module doc): no plans table (a line
+  saying every budget is met instead), the config without what the records
+  set (:func:`release_config`; ``expected_batch_given``: b came from a flag
+  or a preset), the data's name without its record count, and
+  ``details.owners`` only where the owners are classes. Otherwise the plans
+  are labelled not private (:data:`NOT_PRIVATE_NOTE`, ``details.not_private``).
   """
   warning = NOT_PRIVATE_LABEL if cfg["insecure_reproducible_noise"] else None
+  release = bool(cfg.get("release_only"))
+  by_class = group_epsilons is not None
   table = format_table(rows, group_names, group_epsilons)
   paired = format_paired(rows, group_names, group_epsilons)
-  plans = format_plans(rows, cfg["owner_names"], cfg["epsilons"], cfg["delta"])
+  if release:
+    plans = RELEASE_PLANS_NOTE.format(delta=cfg["delta"])
+    data_name = release_data_name(data_name)
+    config = release_config(cfg, by_class=by_class, expected_batch_given=expected_batch_given)
+    details = {k: v for k, v in (details or {}).items() if by_class or k != "owners"}
+    not_private = {}
+  else:
+    plans = (format_plans(rows, cfg["owner_names"], cfg["epsilons"], cfg["delta"])
+             + f"\n\n{NOT_PRIVATE_NOTE}")
+    config = {k: v for k, v in cfg.items() if k != "owners"}
+    not_private = {"not_private": {
+        "fields": [*NOT_PRIVATE_FIELDS, *(f"details.runs.{k}" for k in NOT_PRIVATE_RUN_FIELDS),
+                   "details.data", "config.expected_batch"],
+        "note": NOT_PRIVATE_NOTE}}
   seeds = report.count(len(cfg["seeds"]), "seed")
   text = [f"## {title}: per-group test accuracy ({seeds})\n\n{table}",
           *([f"## INO-SGD − IDP-SGD per group, paired by seed\n\n{paired}"] if paired else []),
@@ -274,11 +366,10 @@ def write_summary(rows: Sequence[dict], run_records: Sequence[dict], cfg: dict,
   with open(os.path.join(output_dir, "summary.md"), "w") as f:
     f.write(f"{data_name}\n\n{body}\n")
   summary_lib.write_summary(
-      output_dir, "ino_sgd", {k: v for k, v in cfg.items() if k != "owners"}, rows,
-      privacy_warning=warning,
+      output_dir, "ino_sgd", config, rows, privacy_warning=warning,
       details={"data": data_name, "runs": list(run_records),
                "paired": [dict(cmp.to_dict(), group=g) if cmp else {"group": g}
                           for g, _, _, cmp in paired_by_group(rows, group_names) or []],
-               **(details or {})})
+               **(details or {}), **not_private})
   plot(rows, group_names, os.path.join(output_dir, "per_group.png"), title)
   return body
