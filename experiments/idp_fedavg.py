@@ -64,7 +64,8 @@ _RUNS = flags.DEFINE_list(
     "runs", ["nonprivate", "0-0-100", "34-43-23", "54-37-9", "100-0-0", "scale"],
     "Run specs: nonprivate | A-B-C (IDP-SAMPLE with A%/B%/C% of clients per "
     "budget; one non-empty group = uniform DP) | idp (uses --ratios) | "
-    "scale[:A-B-C] (SCALE baseline).")
+    "scale[:A-B-C] (SCALE baseline). --release_only: the default leaves nonprivate out, "
+    "and refuses it given (it trains without noise).")
 _SEEDS = flags.DEFINE_list(
     "seeds", [str(s) for s in range(8)],
     "Training seeds (model init, data order, group assignment); accuracies are "
@@ -153,7 +154,9 @@ def training_config() -> config_lib.TrainingConfig:
   return config_lib.TrainingConfig(
       budgets=cli.float_list("budgets"),
       ratios=cli.float_list("ratios"),
-      runs=_RUNS.value, seeds=cli.int_list("seeds"),
+      # No release holds a run without noise (issue 48): --release_only drops or refuses it.
+      runs=privacy_flags.without_non_private("runs", _RUNS.value, ("nonprivate",)),
+      seeds=cli.int_list("seeds"),
       rounds=_ROUNDS.value, clients_per_round=_CLIENTS_PER_ROUND.value,
       local_epochs=_LOCAL_EPOCHS.value, batch_size=_BATCH_SIZE.value,
       client_learning_rate=_CLIENT_LR.value, server_learning_rate=_SERVER_LR.value,

@@ -101,7 +101,8 @@ def define_flags(p: PaperPreset) -> None:
   flags.DEFINE_list("ratios", list(p.ratios), "Group ratios for the 'idp'/'scale' specs.")
   flags.DEFINE_list("runs", list(p.runs),
                     "Run specs: nonprivate | A-B-C (IDP-SAMPLE; one non-empty group = "
-                    "uniform DP) | idp | scale[:A-B-C]. Default: Table I's rows.")
+                    "uniform DP) | idp | scale[:A-B-C]. Default: Table I's rows "
+                    "(--release_only: without nonprivate, which it refuses given).")
   flags.DEFINE_list("seeds", list(p.seeds), "Training seeds (accuracy is averaged).")
   flags.DEFINE_integer("rounds", p.rounds, "Federated rounds.")
   flags.DEFINE_float("clients_per_round", p.clients_per_round, "Expected clients c.")
@@ -166,6 +167,8 @@ def resolved_flags(p: PaperPreset) -> dict:
       v["max_rate"] = ALDAGHRI["max_rate"]
     if not _present("partition") and not F["iid"].value:
       v["partition"] = p.info.partitions[0]
+  # No release holds a run without noise (issue 48): --release_only drops or refuses it.
+  v["runs"] = privacy_flags.without_non_private("runs", v["runs"], ("nonprivate",))
   if v["iid"]:
     if _present("partition") and v["partition"] != "iid":
       raise ValueError(f"--iid contradicts --partition={v['partition']}.")

@@ -4,11 +4,15 @@
   (``tff_idp.engine.privacy_randomness``). NOT PRIVATE: for debugging and tests; a
   banner is printed and every output is labelled.
 * ``--release_only``: write only the private release (model, noised
-  aggregates, ε ledger), no diagnostics (``tff_idp.engine.metrics``).
+  aggregates, ε ledger), no diagnostics (``tff_idp.engine.metrics``). A
+  release holds only what a ledger accounts for (issue 48), so a method or
+  run spec that trains without noise is left out of its default list and
+  refused when given (:func:`without_non_private`).
 """
 from __future__ import annotations
 
 import sys
+from typing import Sequence
 
 from absl import flags
 
@@ -39,6 +43,26 @@ def insecure() -> bool:
 
 def release_only() -> bool:
   return bool(flags.FLAGS[RELEASE_ONLY].value)
+
+
+def without_non_private(flag: str, values: Sequence[str],
+                        non_private: Sequence[str]) -> list[str]:
+  """``values`` of ``--<flag>`` (the methods or run specs) fit for ``--release_only``.
+
+  A non-private entry (``non_private``: rPDP-FL's PrivacyFree, IDP-FedAvg's
+  ``nonprivate``) trains without noise: no ledger accounts for its model or
+  its accuracy, so a release must not hold them (issue 48). Outside
+  ``--release_only`` (or where a command has no such flag) ``values`` as
+  given; under it the flag's default drops them, and an explicit ``--<flag>``
+  holding one is refused (ValueError saying to drop it).
+  """
+  if RELEASE_ONLY not in flags.FLAGS or not release_only():
+    return list(values)
+  found = [v for v in values if v in non_private]
+  if found and flags.FLAGS[flag].present:
+    raise ValueError(f"--release_only: --{flag} has {', '.join(found)}, which trains without "
+                     f"noise (no ledger accounts for its model); drop it from --{flag}.")
+  return [v for v in values if v not in non_private]
 
 
 def warning() -> "str | None":

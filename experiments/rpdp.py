@@ -91,7 +91,9 @@ _LEVELS = flags.DEFINE_list("levels", ["0.1", "1", "5"], "three_levels: the thre
 _LEVEL_RATIOS = flags.DEFINE_list("level_ratios", ["0.7", "0.2", "0.1"],
                                   "three_levels: the share of records at each ε.")
 _METHODS = flags.DEFINE_list("methods", list(record_plan.METHODS),
-                             f"Methods to compare: {', '.join(record_plan.METHODS)}.")
+                             f"Methods to compare: {', '.join(record_plan.METHODS)}. "
+                             "--release_only: the default leaves privacy_free out, and "
+                             "refuses it given (it trains without noise).")
 _ESTIMATOR = flags.DEFINE_enum(
     "estimator", "scf", ["scf", "exact", "binary_search"],
     "How 'ours' turns ε_ij into q_ij: SCF (Alg. 2, re-checked and lowered where over "
@@ -278,8 +280,9 @@ def make_distribution():
 def check() -> dict:
   """The flag checks that need no data and no TensorFlow (``cli.launch`` runs them first).
 
-  Returns the checked values main uses: seeds, the two-stage parameters,
-  whether budgets follow the classes, the audit's levels and the distribution.
+  Returns the checked values main uses: the methods (under ``--release_only``
+  the default has no PrivacyFree), seeds, the two-stage parameters, whether
+  budgets follow the classes, the audit's levels and the distribution.
   """
   worker_flags.runtime_kwargs()
   # The canary runs of --audit_canaries always use TFF client work (not refused here).
@@ -288,6 +291,8 @@ def check() -> dict:
   if unknown or not _METHODS.value:
     raise ValueError(f"--methods has {sorted(unknown) or 'nothing'}; choose from "
                      f"{', '.join(record_plan.METHODS)}.")
+  # PrivacyFree trains without noise: no release holds it (issue 48).
+  methods = privacy_flags.without_non_private("methods", _METHODS.value, ("privacy_free",))
   seeds = cli.int_list("seeds")
   if not seeds:
     raise ValueError("--seeds is empty; give at least one seed.")
@@ -308,6 +313,12 @@ def check() -> dict:
                      "there is nothing to draw again: drop one of them.")
   if _AUDIT_CANARIES.value < 0:
     raise ValueError(f"--audit_canaries={_AUDIT_CANARIES.value} must be >= 0.")
+  if _AUDIT_CANARIES.value and privacy_flags.release_only():
+    # The audit trains each private method again on the same records: a second
+    # release of them that no record's ledger charges (issue 48).
+    raise ValueError(f"--audit_canaries={_AUDIT_CANARIES.value} trains again on the same "
+                     "records, which no ledger accounts for: run the audit without "
+                     "--release_only.")
   audit_levels = None
   if _AUDIT_LEVELS.value:
     try:
@@ -326,7 +337,7 @@ def check() -> dict:
     cli.refuse_inapplicable(
         ("users_per_silo", "iid"),
         f"they shape the embedded federation, and --dataset={_DATASET.value} is not it")
-  return {"seeds": seeds, "params": params, "by_class": by_class,
+  return {"methods": methods, "seeds": seeds, "params": params, "by_class": by_class,
           "audit_levels": audit_levels, "distribution": make_distribution(),
           "execution": execution}
 
@@ -399,8 +410,8 @@ def main(argv):
         f"δ={params.delta:g}, {params.threat_model}, local: {local_algorithm}")
   with runtime.execution_context(device=_DEVICE.value, **fleet_kwargs):
     try:
-      results = record_runs.run(federation, budgets, params, _METHODS.value, seeds, _OUTPUT_DIR.value,
-                    _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
+      results = record_runs.run(federation, budgets, params, checked["methods"], seeds,
+                    _OUTPUT_DIR.value, _CLIP.value, _LR.value, _PF_BATCH.value, _EVAL_EVERY.value,
                     _CHECKPOINT_EVERY.value, _PROGRESS.value, _ESTIMATOR.value,
                     privacy_flags.insecure(), privacy_flags.release_only(),
                     local_weight_fn, local_algorithm, class_groups, _RESTART.value,
@@ -412,6 +423,7 @@ def main(argv):
       print(f"error: {e}", file=sys.stderr)
       return 2
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
+  config["methods"] = checked["methods"]  # --release_only's default has no PrivacyFree
   table = record_runs.write_summary(
       results, len(seeds), _OUTPUT_DIR.value, config, privacy_warning=privacy_flags.warning(),
       sections=[("Empirical privacy audit (record-level canaries, first seed)",

@@ -62,6 +62,15 @@ CASES = [
     ("experiments.idp_fedavg", ["--audit_canaries=5", "--runs=nonprivate"],
      "only non-private"),
     ("experiments.audit", ["--hidden=0"], "--hidden=0"),
+    # issue 48: a release holds only what a ledger accounts for; no run without noise,
+    # no second training on the same records (rPDP-FL's canary audit)
+    ("experiments.rpdp", ["--release_only", "--methods=ours,privacy_free"],
+     "drop it from --methods"),
+    ("experiments.rpdp", ["--release_only", "--methods=ours", "--audit_canaries=4"],
+     "run the audit without --release_only"),
+    ("experiments.idp_fedavg", ["--release_only", "--runs=nonprivate,0-0-100"],
+     "drop it from --runs"),
+    ("experiments.svhn", ["--release_only", "--runs=nonprivate"], "drop it from --runs"),
     # issue 33 item 3: flags of another dataset were ignored silently
     ("experiments.idp_fedavg", ["--partition=iid"], "--partition cannot apply"),
     ("experiments.idp_fedavg", ["--dataset=fmnist", "--alpha=0.3", "--noiid"],

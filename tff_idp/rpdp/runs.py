@@ -274,7 +274,9 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
   ``release_only`` (release mode, module doc): no ``record_plan.csv``, no
   diagnostics, no ledger columns in ``metrics.csv``, no small-batch warning,
   and rows without :data:`NOT_PRIVATE_FIELDS`, whose ``calibration`` holds
-  only what the flags fix (:func:`release_calibration`).
+  only what the flags fix (:func:`release_calibration`). It refuses
+  PrivacyFree (no noise) and an ``audit`` (a second training on the same
+  records): no ledger accounts for either (ValueError, before any training).
 
   ``audit`` (a plug-in, e.g. :class:`tff_idp.audit.record_canaries.RecordCanaryAudit`)
   adds an audit run (the first seed, in ``<method>/seed<s>-audit``) of every
@@ -283,6 +285,13 @@ def run(federation: Federation, budgets: "dict | Callable[[int], dict]",
   (``audit_accuracy_without_canaries``: the same seed's run without
   canaries).
   """
+  if release_only and "privacy_free" in methods:  # issue 48: it trains without noise
+    raise ValueError("release_only=True with privacy_free in methods: it trains without "
+                     "noise (no ledger accounts for its model); drop it from methods.")
+  if release_only and audit is not None:  # issue 48: a second training on the records
+    raise AuditConfigError("release_only=True with an audit: its runs train again on the "
+                           "same records, which no ledger accounts for; audit without "
+                           "release_only.")
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None] + list(federation.test_x.shape[1:]), tf.float32),
       y=tf.TensorSpec([None], tf.int32))
