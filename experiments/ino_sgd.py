@@ -44,6 +44,11 @@ plans), ``per_group.png`` (bar plot), and per method and seed a
 ``metrics.csv`` + TensorBoard of the evaluations (the released model on
 held-out data) and, unless ``--release_only``, a ``diagnostics.csv`` of the
 realised batch sizes and clipped fractions (not covered by the guarantee).
+``--release_only`` also leaves out every statistic of the records (issue 48;
+:mod:`tff_idp.ino_sgd.runs`): the plans (computed from the owners' record
+counts), the record counts, b where a tenth of the records set it, and with
+budgets per record the owners' ε levels; outside it they are labelled not
+private.
 """
 from __future__ import annotations
 
