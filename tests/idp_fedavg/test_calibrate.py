@@ -208,3 +208,28 @@ def test_table_rounds_sigma_up_rates_down_and_epsilon_up_exactly():
   # Not vacuous: the values are not exact 7-digit decimals, so a flipped direction shows.
   assert exact(sigma) != exact(cal.noise_multiplier)
   assert all(exact(p) != exact(q) for p, q in zip(rates, cal.sampling_rates))
+
+
+def test_round_toward_prints_plain_decimals_and_passes_non_finite_and_zero():
+  """Rates far below 1 print as plain decimals (a copied '1.2E-9' is easy to misread)."""
+  from tff_idp.idp_fedavg import calibrate  # pylint: disable=g-import-not-at-top
+  assert calibrate.round_toward(1.2345678e-9, 7, "down") == "0.000000001234567"
+  assert calibrate.round_toward(1.2345678e-9, 7, "up") == "0.000000001234568"
+  assert calibrate.round_toward(123456789.5, 7, "down") == "123456700"
+  assert calibrate.round_toward(123456789.5, 7, "up") == "123456800"
+  assert calibrate.round_toward(1.0, 7, "down") == "1.000000"
+  assert calibrate.round_toward(0.0, 7, "up") == "0.0"
+  assert calibrate.round_toward(float("inf"), 7, "down") == "inf"
+  assert calibrate.round_toward(float("nan"), 7, "up") == "nan"
+
+
+def test_table_says_how_it_rounds_and_parse_floats_names_the_flag():
+  from tff_idp.accounting.client import sample  # pylint: disable=g-import-not-at-top
+  from tff_idp.idp_fedavg import calibrate  # pylint: disable=g-import-not-at-top
+  cal = sample.get_group_sampling_rates([2.0], [100], 1e-5, 5, 10.0)
+  lines = calibrate.format_table(cal).splitlines()
+  assert lines[-2:] == ["", "σ is rounded up and q down to 7 significant digits, so copied "
+                        "values stay within budget; --json prints them at full precision."]
+  assert calibrate._parse_floats(["1", "2.5", "inf"], "epsilons") == [1.0, 2.5, float("inf")]  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match="--ratios must be a comma-separated list of numbers"):
+    calibrate._parse_floats(["1", "x"], "ratios")  # pylint: disable=protected-access
