@@ -7,6 +7,7 @@ paths the DP analysis covers.
 """
 import asyncio
 import collections
+import types
 
 import numpy as np
 import pytest
@@ -120,3 +121,19 @@ def test_train_model_releases_only_covered_idp_fedavg_metrics(tmp_path, tff_runt
   assert set(_paths(kept.values()[1])) == {
       "aggregator/clip", "aggregator/noise_std", "aggregator/mean_noise_std",
       "aggregator/unclipped_fraction", "finalizer/update_non_finite"}
+
+
+def test_the_kept_structure_keeps_each_mappings_type():
+  """A dict stays a dict, an OrderedDict an OrderedDict; a mapping that cannot be built from
+  its pairs (a read-only view) comes back as an OrderedDict of the kept pairs."""
+  covered = ["aggregator/clip", "finalizer/update_non_finite"]
+  plain = {"aggregator": {"clip": 0.1, "noise_std": 0.05}, "model_metrics": {"loss": 2.0},
+           "finalizer": {"update_non_finite": 0}}
+  kept = release_metrics.keep_covered(plain, covered)
+  assert kept == {"aggregator": {"clip": 0.1}, "finalizer": {"update_non_finite": 0}}
+  assert type(kept) is dict and type(kept["aggregator"]) is dict
+  view = types.MappingProxyType({"aggregator": types.MappingProxyType(
+      {"clip": 0.1, "noise_std": 0.05}), "model_metrics": {"loss": 2.0}})
+  kept = release_metrics.keep_covered(view, covered)
+  assert kept == OD(aggregator=OD(clip=0.1))
+  assert type(kept) is OD and type(kept["aggregator"]) is OD
