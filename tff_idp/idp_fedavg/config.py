@@ -121,6 +121,10 @@ def check_settings(config: TrainingConfig) -> None:
       specs.append(privacy_plan.parse_run_spec(text, config.ratios, len(config.budgets)))
     except ValueError as e:
       raise ValueError(f"--runs: {e}") from None
+  if config.release_only and any(spec.mode == "nonprivate" for spec in specs):
+    raise ValueError(
+        "release_only=True with the nonprivate run spec: it trains without noise, so its model "
+        "and accuracy are not a DP release; drop nonprivate from --runs (runs=...).")
   if config.audit_canaries and all(spec.mode == "nonprivate" for spec in specs):
     raise ValueError(
         f"--audit_canaries={config.audit_canaries} audits DP runs, but --runs has only "
