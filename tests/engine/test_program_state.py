@@ -7,6 +7,7 @@ whatever the umask, and stays loadable (by itself and by TFF's manager).
 """
 import asyncio
 import collections
+import errno
 import os
 import stat
 
@@ -19,6 +20,7 @@ from tensorflow_federated.python.learning.programs import training_program_logic
 
 import tff_idp
 from tff_idp.engine import program_state
+from tff_idp.errors import OutputDirError
 from tff_idp.errors import ToolkitValueError
 
 FEATURES, CLASSES = 3, 2
@@ -155,3 +157,95 @@ def test_train_model_saves_private_state_and_resumes_from_it(tmp_path, tff_runti
 
     saved, version = asyncio.run(load())
   assert version == 3 and saved[1] == 3
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},
+    dict(prefix="ckpt_", keep_total=3, keep_first=False, keep_every_k=2),
+], ids=["defaults", "given"])
+def test_versions_kept_as_tffs_manager_keeps_them(tmp_path, kwargs):
+  """Same arguments, same defaults and same layout as TFF's manager: after 7 saves the
+  same versions are left, under the same folder names (the retention is TFF's own)."""
+  stock = tff.program.FileProgramStateManager(str(tmp_path / "stock"), **kwargs)
+  private = program_state.PrivateFileProgramStateManager(str(tmp_path / "private"),
+                                                         **kwargs)
+  for version in range(1, 8):
+    asyncio.run(stock.save(STATE, version))
+    asyncio.run(private.save(STATE, version))
+  kept = asyncio.run(stock.get_versions())
+  assert kept == ([1, 4, 5, 6, 7] if not kwargs else [4, 6, 7])
+  assert asyncio.run(private.get_versions()) == kept
+  assert sorted(os.listdir(tmp_path / "private")) == sorted(os.listdir(tmp_path / "stock"))
+
+
+def test_the_root_is_never_open_not_even_before_its_first_chmod(tmp_path, open_umask,
+                                                                monkeypatch):
+  """The root is created 0700, not created open and closed afterwards (another user could
+  enter it in between and keep a handle on what is written there)."""
+  del open_umask
+  root = tmp_path / "a" / "state"
+  seen = []
+  chmod = os.chmod
+
+  def spy(path, mode, *args, **kwargs):
+    if os.fspath(path) == str(root):
+      seen.append(_mode(root))
+    return chmod(path, mode, *args, **kwargs)
+
+  monkeypatch.setattr(os, "chmod", spy)
+  program_state.PrivateFileProgramStateManager(str(root))
+  assert seen and seen[0] == 0o700
+
+
+def test_restrict_tree_on_a_file_and_past_links(tmp_path, open_umask):
+  """A file is made 0600; a link (here to a folder, listed before the files) is skipped, and
+  the files after it are still restricted; what a link points to is left alone."""
+  del open_umask
+  lone = tmp_path / "lone"
+  lone.write_text("secret")
+  os.chmod(lone, 0o644)
+  program_state.restrict_tree(str(lone))
+  assert _mode(lone) == 0o600
+
+  outside = tmp_path / "outside"
+  outside.mkdir(mode=0o755)
+  os.chmod(outside, 0o755)
+  top = tmp_path / "top"
+  top.mkdir()
+  (top / "link").symlink_to(outside, target_is_directory=True)
+  for name in ("a", "b"):
+    (top / name).write_text(name)
+    os.chmod(top / name, 0o644)
+  program_state.restrict_tree(str(top))
+  assert (_mode(top), _mode(top / "a"), _mode(top / "b")) == (0o700, 0o600, 0o600)
+  assert _mode(outside) == 0o755
+  program_state.restrict_tree(str(top / "link"))   # a link itself: left alone
+  assert _mode(outside) == 0o755
+
+
+def _refuse_chmod(monkeypatch):
+  def refuse(path, mode, *args, **kwargs):
+    raise PermissionError(errno.EPERM, "Operation not permitted", os.fspath(path))
+  monkeypatch.setattr(os, "chmod", refuse)
+
+
+def test_modes_that_cannot_be_set_are_refused_with_the_reason(tmp_path, monkeypatch):
+  """A mode the OS refuses to set is an OutputDirError naming the folder and the OS's reason
+  (never left open silently); a root that cannot be created names why."""
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  with pytest.raises(OutputDirError,
+                     match=r"cannot create the program state folder .*file/state: "
+                           r"Not a directory\. Choose a writable root_dir\."):
+    program_state.PrivateFileProgramStateManager(str(blocker / "state"))
+  (tmp_path / "tree").mkdir()
+  (tmp_path / "root").mkdir()
+  _refuse_chmod(monkeypatch)
+  with pytest.raises(OutputDirError,
+                     match=r"in .*tree private \(0700 folders, 0600 files\): Operation not "
+                           r"permitted\. Use a root_dir of your own\."):
+    program_state.restrict_tree(str(tmp_path / "tree"))
+  with pytest.raises(OutputDirError,
+                     match=r"folder .*root private \(0700\): Operation not permitted\. Use a "
+                           r"root_dir of your own\."):
+    program_state.PrivateFileProgramStateManager(str(tmp_path / "root"))
