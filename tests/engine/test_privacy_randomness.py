@@ -14,8 +14,14 @@ def _seeds(r):
 
 
 def test_seed_counter_start_fits_the_counter_with_room_for_rounds():
-  for _ in range(50):
-    assert 0 <= PrivacyRandomness.secret().seed_counter_start() < 2**62
+  """62 uniform bits: never past 2^62, and (64 secrets) both the lowest and highest bit used.
+
+  A mask that drops a bit fails: all 64 starts even, or all below 2^61, has
+  probability 2^-64 each for the correct code.
+  """
+  starts = [PrivacyRandomness.secret().seed_counter_start() for _ in range(64)]
+  assert all(0 <= s < 2**62 for s in starts)
+  assert any(s % 2 for s in starts) and any(s >= 2**61 for s in starts)
 
 
 def test_secret_randomness_differs_between_runs():

@@ -94,3 +94,6 @@ def test_map_client_results_post_processes_each_clients_result_with_its_side_inp
   assert out.state == reference.state
   assert out.measurements == reference.measurements
   assert work.get_hparams(state) == inner.get_hparams(state)
+  # The inner client work's hyperparameters (its learning rate) stay settable.
+  faster = work.set_hparams(state, collections.OrderedDict(learning_rate=np.float32(0.5)))
+  assert work.get_hparams(faster)["learning_rate"] == pytest.approx(0.5)
