@@ -145,11 +145,11 @@ class RoundLedger:
   """
 
   def __init__(self, rounds: Optional[int], spent_before: int = 0,
-               source_id: Optional[str] = None, reached: Optional[dict] = None):
+               source_id: Optional[str] = None):
     self.rounds = rounds
     self.spent_before = int(spent_before)
     self.source_id = source_id or secrets.token_hex(16)
-    self.reached: dict[str, int] = {str(k): int(v) for k, v in (reached or {}).items()}
+    self.reached: dict[str, int] = {}
     self._lock = threading.Lock()
 
   @property
@@ -410,8 +410,7 @@ class ClientArraysIterator(tff.program.FederatedDataSourceIterator):
     """
     clone = copy.copy(self)
     clone._rng = copy.deepcopy(self._rng, memo)  # pylint: disable=protected-access
-    memo[id(self)] = clone
-    return clone
+    return clone  # copy.deepcopy records it in memo
 
   def __eq__(self, other: object) -> bool:
     if not isinstance(other, ClientArraysIterator):
