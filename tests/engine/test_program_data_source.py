@@ -315,6 +315,23 @@ def test_check_rates():
     program_data_source.check_rates([0.5] * 3, 2, "rate")
 
 
+def test_rates_changed_after_the_source_is_built_do_not_change_its_sampling():
+  """Privacy (issue 48): a source samples at the rates it was built (calibrated) with.
+
+  Bug caught: the source (or ``check_rates``) keeping a view of the caller's
+  array, so a sweep that reuses the array changes the rates of a built source.
+  Rates 0/1 make the cohort deterministic: clients 2 and 3, every round.
+  """
+  rates = np.array([0.0, 0.0, 1.0, 1.0])
+  checked = program_data_source.check_rates(rates, 4, "rate")
+  source = IndexSource(rates, rounds=3)
+  rates[:] = [1.0, 1.0, 0.0, 0.0]
+  assert checked.tolist() == [0.0, 0.0, 1.0, 1.0]
+  iterator = source.iterator()
+  for _ in range(3):
+    assert sorted(i for i, _ in _release(iterator.select(iterator.clients_per_round))) == [2, 3]
+
+
 def test_the_federated_type_of_structured_inputs():
   """A dict of datasets is a struct of sequences, with the dict as its Python container;
   anything else is refused."""

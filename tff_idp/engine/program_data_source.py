@@ -256,7 +256,12 @@ def check_client_arrays(clients: Sequence[Any]) -> list[dict]:
 
 
 def check_rates(rates: Sequence[float], num_clients: int, what: str) -> np.ndarray:
-  rates = np.asarray(rates, np.float64).ravel()
+  """``rates`` as a new float64 array (one per client, each in [0, 1]), or a one-line refusal.
+
+  A copy, never a view of the caller's array: rates changed after the source
+  was built must not change who a calibrated source samples (issue 48).
+  """
+  rates = np.array(rates, np.float64).ravel()
   if rates.shape != (num_clients,):
     raise ToolkitValueError(f"give one {what} per client: got {rates.size} for {num_clients}.")
   if np.any(~np.isfinite(rates)) or np.any(rates < 0) or np.any(rates > 1):
@@ -445,7 +450,8 @@ class ClientArraysDataSource(tff.program.FederatedDataSource):
                clients_per_round: Optional[int] = None, insecure_seed: Optional[int] = None,
                rounds: Any = ROUNDS_REQUIRED, rounds_spent: int = 0):
     rounds = check_rounds(rounds, type(self).__name__)
-    self._args = (list(clients), np.asarray(rates, np.float64), dict(options))
+    # A copy of the rates: the caller's array changed later must not change the sampling.
+    self._args = (list(clients), np.array(rates, np.float64), dict(options))
     self._clients_per_round = clients_per_round
     self._rounds = rounds
     self._insecure_seed = insecure_seed
