@@ -107,3 +107,40 @@ def test_record_arrays_are_the_same_client_and_check_their_fields():
     records.RecordArrays(X, Y[:5], Q, [1, 2])
   with pytest.raises(ValueError, match=r"one row per record \(got 6, 6, 5\)"):
     records.RecordArrays(X, Y, Q[:5], [1, 2])
+
+
+def test_the_model_fields_of_the_spec_are_the_models():
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 2], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  for given in (spec, (spec["x"], spec["y"])):
+    out = records.record_element_spec(given)
+    assert out["x"] == spec["x"] and out["y"] == spec["y"]
+
+
+def test_a_one_record_client_keeps_its_seed_in_a_graph_and_eagerly():
+  """A client with one record (one batch of one) draws with its own seed, never zeros."""
+  ds = records.record_dataset(X[:1], Y[:1], Q[:1], (5, 6))
+  for collect in (records.collect_records, records.collect_records_eagerly):
+    x, y, q, seed = collect(ds)
+    np.testing.assert_array_equal(seed.numpy(), [5, 6])
+    np.testing.assert_array_equal(x.numpy(), X[:1])
+  one_batch = records.record_dataset(X, Y, Q, (5, 6))  # 6 records, one batch
+  x, y, q, seed = records.collect_records_eagerly(one_batch)
+  np.testing.assert_array_equal(y.numpy(), Y)
+  np.testing.assert_array_equal(seed.numpy(), [5, 6])
+
+
+def test_an_empty_client_keeps_its_fields_dtypes_eagerly():
+  x, y, q, _ = records.collect_records_eagerly(records.record_dataset(X[:0], Y[:0], Q[:0],
+                                                                      (1, 2)))
+  assert (x.dtype, y.dtype, q.dtype) == (tf.float32, tf.int32, tf.float32)
+
+
+def test_seeds_are_int64_whatever_integers_they_come_as_and_batches_default_to_512():
+  ds = records.record_dataset(X, Y, Q, np.array([1, 2], np.int32))
+  assert ds.element_spec["seed"].dtype == tf.int64
+  many = np.zeros((600, 2), np.float32)
+  labels, rates = np.zeros(600, np.int32), np.full(600, 0.5)
+  assert [len(b["y"]) for b in records.record_dataset(many, labels, rates, (1, 2))] == [512, 88]
+  arrays = records.RecordArrays(many, labels, rates, [1, 2])
+  assert [len(b["y"]) for b in arrays.dataset()] == [512, 88]
