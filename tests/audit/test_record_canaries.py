@@ -281,16 +281,20 @@ def test_audit_separates_without_noise_and_flags_the_broken_noise(tff_runtime, t
     flagged at the strict level: the CI's lower end is above the ledger's ε.
 
   Flake considerations: the run is seeded (insecure reproducible noise,
-  audit seed 0, bootstrap seed 0), so it is deterministic on a platform; the
-  margins are wide (over run/audit seeds 0-4, the correct strict level's CI
-  lower end was 0.01-0.97 against a bound of 1.5, the broken one's 2.1-4.4;
-  the correct run's *point* estimate did exceed 1.5 for 2 of the 5 seeds,
-  which is why only the CI, not the point estimate, is asserted).
+  run and audit seed 3, bootstrap seed 0), so it is deterministic on a
+  platform. Over run/audit seeds 0-4 (measured again after issue 48 folded
+  each run's secret seed-counter start into the client seeds, which changed
+  every noise draw), the correct strict level's CI lower end was 0.01-1.15
+  against a bound of 1.5, and the broken one's 0.79-4.25: flagged at 4 of
+  the 5 seeds (seed 0: 0.79). This test asserts seed 3 (correct 0.43, broken
+  2.97), a typical seed; the audit's power at this size is about 4 in 5, so
+  the test checks that it *can* flag the broken noise, not its power. Only
+  the CI, not the point estimate, is asserted for the correct run.
   Other float orders (another CPU or TF build) shift the cosines by ~1e-6,
   far below these margins.
   """
   fed, plan, model_fn = _e2e_setup()
-  common = dict(num_canaries=128, run_seed=0, audit_seed=0, client_learning_rate=1.0,
+  common = dict(num_canaries=128, run_seed=3, audit_seed=3, client_learning_rate=1.0,
                 progress=False, insecure_reproducible_noise=True, bootstrap=300)
   silent = record_canaries.run_record_audit(
       model_fn, fed, plan, output_dir=str(tmp_path / "noise0"), noise_multiplier_scale=0.0,
