@@ -11,6 +11,8 @@ Training uses a 195-parameter logistic regression on 8 clients for 3 rounds.
 """
 import asyncio
 import collections
+import dataclasses
+import logging
 import re
 
 import numpy as np
@@ -224,3 +226,204 @@ def test_restore_and_continue_after_a_crash(cal, tmp_path, program_context):
   assert versions(manager) == [0, 1, 2, 3] and source.rounds_spent == 3
   with pytest.raises(ToolkitValueError, match="round 4 would spend"):
     train(process, source, 1, tff.program.FileProgramStateManager(str(tmp_path / "again")))
+
+
+# -- the client inputs and the source's arguments, without TFF ---------------------------
+
+def batches(dataset):
+  return [{k: v.numpy() for k, v in batch.items()} for batch in dataset]
+
+
+def epoch_orders(client_input, data, examples):
+  """The order each epoch visits the client's examples in (indices into its x), in one
+  iteration of its dataset (or of its batches, already read)."""
+  x, _ = data
+  got = batches(client_input) if isinstance(client_input, tf.data.Dataset) else client_input
+  rows = np.concatenate([b["x"] for b in got])
+  index = [int(np.flatnonzero((x == row).all(axis=1))[0]) for row in rows]
+  return [index[i:i + examples] for i in range(0, len(index), examples)]
+
+
+def test_each_client_gets_its_examples_shuffled_with_its_seed_every_epoch():
+  """Every selected client's data: its (x, y) examples in batches of batch_size, each of
+  local_epochs epochs a permutation shuffled with the round's seed (a fresh order every
+  epoch); the same insecure_seed gives the same orders, another one others."""
+  data = clients(examples=6)
+  def build(seed):
+    return IdpFedAvgDataSource(data, [1.0] * 8, batch_size=4, local_epochs=2, rounds=2,
+                               insecure_seed=seed).iterator()
+  it = build(5)
+  assert it.options == dict(batch_size=4, local_epochs=2, clip_scales=None)
+  inputs = it.select(8)
+  assert len(inputs) == 8
+  orders = []
+  for client, (x, y) in zip(inputs, data):
+    got = batches(client)
+    assert [sorted(b) for b in got] == [["x", "y"]] * 3
+    assert [len(b["y"]) for b in got] == [4, 4, 4]
+    epochs = epoch_orders(got, (x, y), 6)
+    assert [sorted(e) for e in epochs] == [list(range(6))] * 2
+    np.testing.assert_array_equal(np.concatenate([b["y"] for b in got]),
+                                  y[np.concatenate(epochs)])
+    orders.append(epochs)
+  assert any(e != list(range(6)) for epochs in orders for e in epochs)   # shuffled
+  assert all(epochs[0] != epochs[1] for epochs in orders)                # every epoch anew
+  again = [epoch_orders(c, d, 6) for c, d in zip(build(5).select(8), data)]
+  assert again == orders
+  other = [epoch_orders(c, d, 6) for c, d in zip(build(6).select(8), data)]
+  assert other != orders
+  assert [epoch_orders(c, d, 6) for c, d in zip(it.select(8), data)] != orders  # round 2
+
+
+def test_two_examples_are_shuffled_too_and_the_padding_has_none():
+  data = clients(examples=2)
+  it = IdpFedAvgDataSource(data, [1.0] * 8, batch_size=2, rounds=1,
+                           insecure_seed=5).iterator()
+  orders = [epoch_orders(c, d, 2)[0] for c, d in zip(it.select(8), data)]
+  assert [0, 1] in orders and [1, 0] in orders
+  assert batches(it.padding_input()) == []
+  # A client without examples (no shuffle buffer to fill) gives an empty input when selected.
+  empty = (np.zeros((0, FEATURES), np.float32), np.zeros(0, np.int32))
+  it = IdpFedAvgDataSource([empty] + clients(num=1, examples=1), [1.0, 1.0], rounds=1,
+                           insecure_seed=5).iterator()
+  assert [len(batches(c)) for c in it.select(2)] == [0, 1]
+
+
+def test_a_scale_clients_input_carries_its_clip_scale():
+  scale = tff_idp.get_group_clip_scales([1.0, 4.0], [4, 4], 1e-3, 3, 4.0)
+  it = IdpFedAvgDataSource.from_plan(clients(), scale, groups=GROUPS, batch_size=3,
+                                     insecure_seed=1).iterator()
+  expected = np.asarray(scale.clip_scales)[GROUPS]
+  assert len(set(expected)) == 2
+  for i in range(8):
+    client = it.client_input(i, (3, 4))
+    assert list(client) == ["data", "clip_scale"]
+    assert [float(s) for s in client["clip_scale"]] == [pytest.approx(expected[i])]
+    assert [len(b["y"]) for b in batches(client["data"])] == [3, 3]
+  padding = it.padding_input()
+  assert batches(padding["data"]) == [] and [float(s) for s in padding["clip_scale"]] == [1.0]
+  assert it.options["privacy"] == dict(
+      target_epsilons=[1.0, 4.0], sampling_rates=[scale.sampling_rate] * 2,
+      noise_multipliers=[float(s) for s in scale.effective_noise_multipliers], delta=1e-3,
+      accountant="rdp")
+  sample = IdpFedAvgDataSource.from_plan(clients(), tff_idp.get_group_sampling_rates(
+      [1.0, 4.0], [4, 4], 1e-3, 3, 4.0), groups=GROUPS).iterator()
+  assert isinstance(sample.client_input(0, (3, 4)), tf.data.Dataset)
+
+
+def test_bare_clip_scales_are_checked():
+  data = clients()
+  source = IdpFedAvgDataSource(data, [0.5] * 8, clip_scales=[1.0] * 4 + [0.25] * 4, rounds=1)
+  assert source.iterator().options["clip_scales"] == [1.0] * 4 + [0.25] * 4
+  for bad in ([0.5] * 7, [0.0] + [0.5] * 7, [1.5] + [0.5] * 7, [2.0] * 8, [None] * 8):
+    with pytest.raises(ToolkitValueError, match=r"^clip_scales must give every client a clip "
+                       r"scale in \(0, 1\]\.$"):
+      IdpFedAvgDataSource(data, [0.5] * 8, clip_scales=bad, rounds=1)
+
+
+def test_defaults_and_refusals_of_the_local_pipeline(cal):
+  data = clients()
+  for source in (IdpFedAvgDataSource(data, cal, groups=GROUPS),
+                 IdpFedAvgDataSource.from_plan(data, cal, groups=GROUPS)):
+    assert source.iterator().options["batch_size"] == 16
+    assert source.iterator().options["local_epochs"] == 1
+    assert source.rounds_spent == 0
+  ones = IdpFedAvgDataSource.from_plan(data, cal, groups=GROUPS, batch_size=1, local_epochs=1)
+  assert ones.iterator().options["batch_size"] == 1
+  assert IdpFedAvgDataSource.from_plan(data, cal, groups=GROUPS, batch_size=5, local_epochs=3
+                                       ).iterator().options == dict(
+      batch_size=5, local_epochs=3, clip_scales=None, privacy=ones.iterator().options["privacy"])
+  for bad in (0, -1, True, 2.5):
+    with pytest.raises(ToolkitValueError, match=rf"^batch_size={bad!r} must be an integer"):
+      IdpFedAvgDataSource(data, cal, groups=GROUPS, batch_size=bad)
+    with pytest.raises(ToolkitValueError, match=rf"^local_epochs={bad!r} must be an integer"):
+      IdpFedAvgDataSource(data, cal, groups=GROUPS, local_epochs=bad)
+
+
+def test_rounds_spent_and_the_insecure_seed_reach_the_source(cal):
+  data = clients()
+  assert IdpFedAvgDataSource.from_plan(data, cal, groups=GROUPS, rounds_spent=2
+                                       ).rounds_spent == 2
+  assert IdpFedAvgDataSource(data, cal, groups=GROUPS, rounds_spent=3).rounds_spent == 3
+  def cohort(seed):
+    it = IdpFedAvgDataSource.from_plan(data, cal, groups=GROUPS, insecure_seed=seed).iterator()
+    return [[b["x"].tobytes() for b in batches(c)] for _ in range(3) for c in it.select(4)]
+  assert cohort(9) == cohort(9) and cohort(9) != cohort(10)
+
+
+def test_bare_rates_are_checked_and_logged(caplog):
+  data = clients()
+  with caplog.at_level(logging.WARNING):
+    source = IdpFedAvgDataSource(data, [0.5] * 8, rounds=3)
+  assert ("IdpFedAvgDataSource built from bare rates: it cannot check that rounds=3 is what "
+          "they were calibrated for; build it with IdpFedAvgDataSource.from_plan(clients, "
+          "calibration).") in caplog.messages
+  it = source.iterator()
+  assert "privacy" not in it.options and it.privacy_at(4) is None
+  for _ in range(3):
+    it.select(4)
+  with pytest.raises(ToolkitValueError, match="round 4 would exceed the privacy budget"):
+    it.select(4)
+  with pytest.raises(ToolkitValueError, match=r"^every sampling rate must lie in \[0, 1\]\.$"):
+    IdpFedAvgDataSource(data, [1.5] * 8, rounds=3)
+  with pytest.raises(ToolkitValueError, match=r"^give one sampling rate per client: got 7 "
+                     r"for 8\.$"):
+    IdpFedAvgDataSource(data, [0.5] * 7, rounds=3)
+
+
+def test_the_refusal_of_other_rounds_says_what_to_calibrate(cal):
+  data = clients()
+  with pytest.raises(ToolkitValueError, match=r"^rounds=None disagrees with the plan, "
+                     r"calibrated for 3 rounds \(ε \(1, 4\) at δ=0.001\): drop rounds= or "
+                     r"calibrate the plan for the rounds you will run\.$"):
+    IdpFedAvgDataSource(data, cal, groups=GROUPS, rounds=None)
+  with pytest.raises(ToolkitValueError, match=r"drop rounds= or calibrate the plan for 10 "
+                     r"rounds\.$"):
+    IdpFedAvgDataSource(data, cal, groups=GROUPS, rounds=10)
+
+
+def test_groups_are_checked_against_the_plans_group_sizes(cal):
+  data = clients()
+  index = r"^groups must give each of the 8 clients an integer group index in \[0, 2\)\.$"
+  for bad in ([-1] + [1, 0] * 3 + [1], [2] + [1, 0] * 3 + [1], GROUPS.astype(float),
+              GROUPS[:7], [GROUPS]):
+    with pytest.raises(ToolkitValueError, match=index):
+      IdpFedAvgDataSource(data, cal, groups=bad)
+  with pytest.raises(ToolkitValueError, match=r"^groups put \[8, 0\] clients in the privacy "
+                     r"groups, but the calibration was solved for group sizes \[4, 4\]"):
+    IdpFedAvgDataSource(data, cal, groups=[0] * 8)
+  # One group: groups may be left out (every client in group 0).
+  one = tff_idp.get_group_sampling_rates([2.0], [8], 1e-3, 3, 4.0)
+  source = IdpFedAvgDataSource.from_plan(data, one)
+  np.testing.assert_allclose(rates_of(source), [one.sampling_rates[0]] * 8)
+  assert IdpFedAvgDataSource.from_plan(data, one, groups=[0] * 8).rounds == 3
+
+
+def test_a_single_client_pads_with_its_own_empty_examples():
+  it = IdpFedAvgDataSource(clients(num=1), [0.5], rounds=1).iterator()
+  assert batches(it.padding_input()) == []
+  assert tuple(it.federated_type.member.element["x"].shape) == (None, FEATURES)
+
+
+def test_a_privacy_plans_ledger_reaches_the_refusal():
+  spec = privacy_plan.parse_run_spec("50-50", [0.5, 0.5], 2)
+  plan = privacy_plan.make_privacy_plan(spec, [1.0, 4.0], 8, 4.0, 3, 1e-3, "rdp", seed=0)
+  it = IdpFedAvgDataSource.from_plan(clients(), plan).iterator()
+  ledger = plan.ledger
+  assert it.options["privacy"] == dict(
+      target_epsilons=[1.0, 4.0], sampling_rates=[float(q) for q in ledger.sampling_rates],
+      noise_multipliers=[float(s) for s in ledger.noise_multipliers], delta=1e-3,
+      accountant="rdp")
+  spent = ledger.spent(4)
+  assert it.privacy_at(4) == ("ε per group (" + ", ".join(f"{e:.3g}" for e in spent)
+                              + ") at δ=0.001, against budgets (1, 4)")
+
+
+def test_the_refusal_uses_the_calibrations_accountant(cal):
+  pld = dataclasses.replace(cal, accountant="pld")
+  it = IdpFedAvgDataSource.from_plan(clients(), pld, groups=GROUPS).iterator()
+  assert it.options["privacy"]["accountant"] == "pld"
+  spent = GroupPrivacyLedger(cal.target_epsilons, cal.sampling_rates,
+                             [cal.noise_multiplier] * 2, cal.delta, 3, "pld").spent(4)
+  assert it.privacy_at(4) == ("ε per group (" + ", ".join(f"{e:.3g}" for e in spent)
+                              + ") at δ=0.001, against budgets (1, 4)")

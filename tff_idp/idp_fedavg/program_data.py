@@ -183,8 +183,8 @@ class IdpFedAvgDataSource(program_data_source.ClientArraysDataSource):
       sampling_rates, clip_scales, plan_rounds, privacy = _from_plan(plan, len(arrays), groups)
       if plan_rounds is not None:
         if rounds is not program_data_source.ROUNDS_REQUIRED and rounds != plan_rounds:
-          budget = ("" if privacy is None else
-                    f" (ε {_numbers(privacy['target_epsilons'])} at δ={privacy['delta']:g})")
+          # A plan with a T always has its ε and δ (a PrivacyPlan has both or neither).
+          budget = f" (ε {_numbers(privacy['target_epsilons'])} at δ={privacy['delta']:g})"
           fix = ("calibrate the plan for the rounds you will run" if rounds is None
                  else f"calibrate the plan for {rounds!r} rounds")
           raise ToolkitValueError(
