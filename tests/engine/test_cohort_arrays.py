@@ -80,3 +80,63 @@ def test_the_example_cache_reads_each_client_once():
   assert fed.reads == ["4", "2"]
   empty = cache.empty()
   assert empty["x"].shape == (0, 3) and empty["y"].shape == (0,)
+
+
+def test_orders_are_integer_indices_even_when_no_client_has_examples():
+  """Bug caught: float empty orders, which cannot index a client's examples."""
+  for clients in ([_client(0, 1), _client(0, None)], [_client(3, 1, epochs=0)],
+                  [_client(3, 1), _client(0, 2)]):
+    for client, order in zip(clients, cohort_arrays.cohort_orders(clients)):
+      assert order.dtype == np.int64
+      assert len(client.examples["y"][order]) == client.num_examples * client.epochs
+
+
+def test_numpy_int32_seeds_epochs_and_buffers():
+  """Clients built from int32 arrays (seeds, epochs, buffers) still get their pipelines' orders."""
+  clients = [ClientArrays(collections.OrderedDict(y=np.arange(n, dtype=np.int32)),
+                          shuffle_seed=np.int32(seed), epochs=np.int32(2), batch_size=4,
+                          shuffle_buffer=np.int32(3))
+             for n, seed in [(5, 1), (4, 2)]]
+  for client, order in zip(clients, cohort_arrays.cohort_orders(clients)):
+    np.testing.assert_array_equal(client.examples["y"][order], _pipeline_labels(client))
+
+
+def test_one_traced_orders_function_per_global_seed_reused_across_cohort_sizes(monkeypatch):
+  """Bug caught: a function re-made (re-traced, ~35 ms) every round, one seed's function used
+  under another global seed, a trace per cohort shape. The global seed is faked (and the
+  cache emptied) for this test only, so TF's own seed state is left as it was."""
+  seed = [1234]
+  monkeypatch.setattr(cohort_arrays, "_ORDERS_FNS", {})
+  monkeypatch.setattr(cohort_arrays.context, "global_seed", lambda: seed[0])
+  fn = cohort_arrays._orders_fn()  # pylint: disable=protected-access
+  assert cohort_arrays._orders_fn() is fn  # pylint: disable=protected-access
+  cohort_arrays.cohort_orders([_client(3, 1), _client(4, 2)])
+  cohort_arrays.cohort_orders([_client(5, 1), _client(2, 2), _client(6, 3)])
+  assert fn.experimental_get_tracing_count() == 1
+  seed[0] = None
+  other = cohort_arrays._orders_fn()  # pylint: disable=protected-access
+  assert other is not fn and cohort_arrays._orders_fn() is other  # pylint: disable=protected-access
+  seed[0] = 1234
+  assert cohort_arrays._orders_fn() is fn  # pylint: disable=protected-access
+
+
+def test_examples_of_an_empty_unbatched_dataset_or_one_of_unknown_dimensions():
+  data = collections.OrderedDict(x=np.arange(10, dtype=np.float32).reshape(5, 2),
+                                 y=np.arange(5, dtype=np.int32))
+  empty = cohort_arrays.examples_of_dataset(tf.data.Dataset.from_tensor_slices(data).take(0))
+  assert empty["x"].shape == (0, 2) and empty["x"].dtype == np.float32
+  assert empty["y"].shape == (0,) and empty["y"].dtype == np.int32
+  unknown = tf.data.Dataset.from_generator(
+      lambda: iter(()), output_signature=collections.OrderedDict(
+          x=tf.TensorSpec([None, None], tf.float32), y=tf.TensorSpec([None], tf.int32)))
+  got = cohort_arrays.examples_of_dataset(unknown)
+  assert got["x"].shape == (0, 0) and got["y"].shape == (0,)
+
+
+def test_an_empty_clients_arrays_keep_the_federations_dtypes():
+  class _Unknown(_Federation):
+    element_type_structure = collections.OrderedDict(
+        x=tf.TensorSpec([None], tf.float32), y=tf.TensorSpec([], tf.int32))
+  empty = cohort_arrays.ExampleCache(_Federation()).empty()
+  assert empty["x"].dtype == np.float32 and empty["y"].dtype == np.int32
+  assert cohort_arrays.ExampleCache(_Unknown()).empty()["x"].shape == (0, 0)
