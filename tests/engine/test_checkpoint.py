@@ -609,3 +609,19 @@ def test_fsync_dir_tolerates_errors_and_closes(tmp_path, monkeypatch):
   monkeypatch.setattr(os, "fsync", fsync)
   checkpoint._fsync_dir(str(tmp_path))
   assert len(closed) == 1
+
+
+def test_files_and_directory_are_created_owner_only_from_the_start(tmp_path, monkeypatch):
+  # Not only tightened afterwards: with the later chmod/fchmod doing nothing, a new
+  # checkpoint file and directory are still owner-only (no window in which they are not).
+  monkeypatch.setattr(os, "fchmod", lambda fd, mode: None)
+  monkeypatch.setattr(os, "chmod", lambda path, mode: None)
+  directory = tmp_path / "ck"
+  old = os.umask(0)
+  try:
+    checkpoint.save(str(directory), 1, [np.ones(1)], {"secret": "k"})
+  finally:
+    os.umask(old)
+  assert _mode(directory) == 0o700
+  for name in os.listdir(directory):
+    assert _mode(directory / name) == 0o600, name
