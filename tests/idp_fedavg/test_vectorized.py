@@ -212,3 +212,97 @@ def test_the_public_builder_stays_a_native_learning_process():
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0), noise_multiplier=0.5,
       expected_clients_per_round=5, aggregator_kwargs=dict(clipped_count_stddev=1.0))
   assert isinstance(process, tff.learning.templates.LearningProcess)
+
+
+def _finite_clients(round_num):
+  return [c for c in _clients(round_num) if len(c.examples["y"])]
+
+
+@pytest.mark.parametrize("weighting", [tff.learning.ClientWeighting.NUM_EXAMPLES,
+                                       tff.learning.ClientWeighting.UNIFORM],
+                         ids=["num_examples", "uniform"])
+def test_each_client_equals_the_per_client_update(weighting):
+  """Per client: the same Δ, weight and unfinalized metrics (keys in the model's order) as
+  the per-client update; a plain list of trainable weights is taken as ModelWeights is."""
+  from tff_idp.idp_fedavg import in_process  # pylint: disable=g-import-not-at-top
+  hparams, weights = _start()
+  clients = _clients(2)
+  adam = tff.learning.optimizers.build_adam(0.01)
+  update = vectorized.VectorizedModelDeltaUpdate(MLP_FN, adam, weighting)
+  together = update(hparams, weights, clients)
+  from_list = update(hparams, list(weights.trainable), clients)
+  reference = in_process.ModelDeltaClientUpdate(MLP_FN, adam, weighting)
+  assert update.stats_type == reference.stats_type == update.metrics_type
+  assert list(update.metric_finalizers) == list(reference.metric_finalizers)
+  for client, result, listed in zip(clients, together, from_list):
+    expected = reference(hparams, weights, client.dataset())
+    assert len(result) == 3 and isinstance(result[1], np.float32)
+    assert float(result[1]) == float(expected[1])
+    assert list(result[2]) == list(expected[2])
+    tree_checks.assert_trees_close(result, expected, 1e-5)
+    tree_checks.assert_trees_close(result, listed, 0.0)
+  counts = [r[2]["num_examples"][0] for r in together]
+  assert counts == [2 * n for n in SIZES]
+  assert [r[2]["num_batches"][0] for r in together] == [-(-2 * n // 4) for n in SIZES]
+
+
+def test_an_empty_cohort_has_no_results():
+  hparams, weights = _start()
+  assert _update()(hparams, weights, []) == []
+
+
+def test_a_non_finite_client_reports_zero_metrics_and_keeps_its_scale():
+  """Every metric of a non-finite client is zero; with SCALE its weight stays its clip
+  scale (as the per-client update: the scale is the weight), read from a dataset too."""
+  hparams, weights = _start()
+  clients = _clients(0)[:3]
+  clients[1] = ClientArrays(
+      collections.OrderedDict(x=np.full((5, 6), np.inf, np.float32), y=np.zeros(5, np.int32)),
+      shuffle_seed=None, epochs=1, batch_size=2)
+  plain = _update(weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)(
+      hparams, weights, clients)
+  metrics = plain[1][2]
+  assert list(metrics) == ["sparse_categorical_accuracy", "loss", "num_examples",
+                           "num_batches"]
+  assert tree_checks.flat(metrics) == [0.0] * 6 and plain[1][1] == 0.0
+  first = plain[0][2]
+  assert [float(first[k][-1]) for k in metrics] == [26.0, 26.0, 26.0, 7.0]
+  assert 0 < float(first["loss"][0]) and 0 < float(first["sparse_categorical_accuracy"][0])
+  assert float(plain[0][1]) == 26.0
+  scale = vectorized.VectorizedModelDeltaUpdate(
+      MLP_FN, tff.learning.optimizers.build_adam(0.01),
+      tff.learning.ClientWeighting.NUM_EXAMPLES, clip_scale=True)
+  scales = [0.25, tf.data.Dataset.from_tensor_slices([0.9, 0.5]),
+            tf.data.Dataset.from_tensors(0.75)]
+  scaled = scale(hparams, weights, [collections.OrderedDict(data=c, clip_scale=s)
+                                    for c, s in zip(clients, scales)])
+  assert [r[1] for r in scaled] == [np.float32(0.25), np.float32(0.5), np.float32(0.75)]
+  assert all(not np.any(d) for d in scaled[1][0])
+  tree_checks.assert_trees_close([r[0] for r in scaled], [r[0] for r in plain], 0.0)
+  tree_checks.assert_trees_close([r[2] for r in scaled], [r[2] for r in plain], 0.0)
+  with pytest.raises(ValueError, match="clip_scale dataset is empty"):
+    scale(hparams, weights, [collections.OrderedDict(
+        data=clients[0], clip_scale=tf.data.Dataset.from_tensor_slices(np.zeros(0)))])
+
+
+def test_models_it_cannot_serve_are_refused_by_name():
+  """A model of other layers, or one whose metrics are not the four it computes."""
+  adam = tff.learning.optimizers.build_adam(0.01)
+  uniform = tff.learning.ClientWeighting.UNIFORM
+  with pytest.raises(ValueError, match="serves models of Dense layers"):
+    vectorized.VectorizedModelDeltaUpdate(lambda: MLP_FN(), adam, uniform)  # pylint: disable=unnecessary-lambda
+  wrong_head = models.tff_model_fn(lambda: models.build_mlp(6, 3, hidden=8), SPEC)
+  wrong_head.head = "sigmoid"  # reports sparse_categorical_accuracy, not binary_accuracy
+  with pytest.raises(ValueError, match="computes the metrics.*binary_accuracy"):
+    vectorized.VectorizedModelDeltaUpdate(wrong_head, adam, uniform)
+
+  def extra_metric():
+    return tff.learning.models.from_keras_model(
+        models.build_mlp(6, 3, hidden=8),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), input_spec=SPEC,
+        metrics=[tf.keras.metrics.SparseCategoricalAccuracy(),
+                 tf.keras.metrics.SparseTopKCategoricalAccuracy(k=2)])
+
+  extra_metric.keras_builder, extra_metric.head = MLP_FN.keras_builder, "softmax"
+  with pytest.raises(ValueError, match="sparse_top_k"):
+    vectorized.VectorizedModelDeltaUpdate(extra_metric, adam, uniform)
