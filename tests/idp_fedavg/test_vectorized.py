@@ -306,3 +306,33 @@ def test_models_it_cannot_serve_are_refused_by_name():
   extra_metric.keras_builder, extra_metric.head = MLP_FN.keras_builder, "softmax"
   with pytest.raises(ValueError, match="sparse_top_k"):
     vectorized.VectorizedModelDeltaUpdate(extra_metric, adam, uniform)
+
+
+def test_chunks_are_planned_from_each_clients_steps_and_memory(monkeypatch):
+  """The plan gets every client's local steps, one client's bytes (MLP 6-8-3: 83 weights,
+  4-example steps, 8-wide widest layer) and the update's bounds; a byte bound of two
+  clients cuts the cohort in three chunks, and no client changes."""
+  from tff_idp.engine import cohort_stack  # pylint: disable=g-import-not-at-top
+  plans = []
+  plan_chunks = cohort_stack.plan_chunks
+
+  def recording(*args):
+    plans.append(args)
+    return plan_chunks(*args)
+
+  hparams, weights = _start()
+  clients = _clients(0)
+  whole = _update()(hparams, weights, clients)
+  adam = tff.learning.optimizers.build_adam(0.01)
+  per_client = 4 * (4 * 83 + 4 * 4 * 8)
+  bounded = vectorized.VectorizedModelDeltaUpdate(
+      MLP_FN, adam, tff.learning.ClientWeighting.UNIFORM, max_chunk_bytes=2 * per_client)
+  monkeypatch.setattr(cohort_stack, "plan_chunks", recording)
+  results = bounded(hparams, weights, clients)
+  _update()(hparams, weights, clients)
+  steps = [-(-2 * n // 4) for n in SIZES]
+  assert plans == [(steps, per_client, 2 * per_client, cohort_stack.DEFAULT_MAX_CHUNK_CLIENTS),
+                   (steps, per_client, cohort_stack.DEFAULT_MAX_CHUNK_BYTES,
+                    cohort_stack.DEFAULT_MAX_CHUNK_CLIENTS)]
+  assert len(plan_chunks(*plans[0])) == 3
+  tree_checks.assert_trees_close(whole, results, 1e-6)
