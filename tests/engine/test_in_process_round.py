@@ -101,6 +101,7 @@ def test_a_presummed_aggregation_takes_its_statistics_summed():
 # The process itself, with scripted client updates (no training): which copy trains which
 # client, how their results reach the server step, and the state and metrics it returns.
 
+import functools  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import threading  # pylint: disable=g-import-not-at-top,g-bad-import-order
 
 from tff_idp.engine import client_execution  # pylint: disable=g-import-not-at-top
@@ -150,8 +151,10 @@ SPEC4000 = collections.OrderedDict(x=tf.TensorSpec([None, 4000], tf.float32),
 SCALAR = tff.TensorType(np.float32)
 
 
+@functools.lru_cache(maxsize=None)
 def _parts(noise=None):
-  """The reference TFF process and its aggregator, finalizer and aggregator factory."""
+  """The reference TFF process and its aggregator, finalizer and aggregator factory (built
+  once per module: TFF processes and computations are immutable)."""
   reference = process.build_idp_fedavg_driver_process(
       LOGREG_FN, client_execution="tff",
       client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
