@@ -336,3 +336,10 @@ def test_chunks_are_planned_from_each_clients_steps_and_memory(monkeypatch):
                     cohort_stack.DEFAULT_MAX_CHUNK_CLIENTS)]
   assert len(plan_chunks(*plans[0])) == 3
   tree_checks.assert_trees_close(whole, results, 1e-6)
+  # One logit: every layer is 1 wide (7 weights), so the width floor of 1 is the width.
+  one_logit = models.tff_model_fn(
+      lambda: models.build_logistic_regression(6, 2, head="sigmoid"), SPEC, head="sigmoid")
+  vectorized.VectorizedModelDeltaUpdate(one_logit, adam, tff.learning.ClientWeighting.UNIFORM)(
+      hparams, [np.zeros((6, 1), np.float32), np.zeros(1, np.float32)],
+      _clients(0, sizes=(3,), classes=2))
+  assert plans[2][1] == 4 * (4 * 7 + 4 * 4 * 1)
