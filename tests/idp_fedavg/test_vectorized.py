@@ -335,6 +335,8 @@ def test_chunks_are_planned_from_each_clients_steps_and_memory(monkeypatch):
                    (steps, per_client, cohort_stack.DEFAULT_MAX_CHUNK_BYTES,
                     cohort_stack.DEFAULT_MAX_CHUNK_CLIENTS)]
   assert len(plan_chunks(*plans[0])) == 3
+  # Chunks of other clients, steps and examples reuse the one trace (its input signature).
+  assert bounded._train.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
   tree_checks.assert_trees_close(whole, results, 1e-6)
   # One logit: every layer is 1 wide (7 weights), so the width floor of 1 is the width.
   one_logit = models.tff_model_fn(
