@@ -120,6 +120,11 @@ def test_the_parameter_count_and_the_resolved_execution():
                                             vectorizable=True) == "vectorized"
   assert in_process_round.resolve_for_model("in_process", LOGREG_FN, "", 3) == "in_process"
   assert in_process_round.resolve_for_model("tff", LOGREG_FN, "the canaries", None) == "tff"
+  built = []  # only "auto" builds the model (to count its parameters)
+  counted_fn = lambda: built.append(1) or LOGREG_FN()
+  assert in_process_round.resolve_for_model("in_process", counted_fn, "", None) == "in_process"
+  assert not built
+  assert in_process_round.resolve_for_model("auto", counted_fn, "", None) == "tff" and built
 
 
 def test_the_resolved_execution_is_refused_where_it_cannot_run():
@@ -209,6 +214,7 @@ def test_each_client_goes_to_copy_i_mod_k_and_the_round_uses_its_results(copies)
   fast = in_process_round.InProcessLearningProcess(
       reference, [_Scripted(k, log) for k in range(copies)], step)
   assert fast.parallel_clients == copies
+  assert fast.reference is reference and fast.server_step is step
   assert fast.initialize is reference.initialize
   assert fast.get_model_weights is reference.get_model_weights
   assert fast.set_model_weights is reference.set_model_weights
