@@ -223,9 +223,13 @@ def _finite_clients(round_num):
                          ids=["num_examples", "uniform"])
 def test_each_client_equals_the_per_client_update(weighting):
   """Per client: the same Δ, weight and unfinalized metrics (keys in the model's order) as
-  the per-client update; a plain list of trainable weights is taken as ModelWeights is."""
+  the per-client update; a plain list of trainable weights is taken as ModelWeights is.
+  The hparams given (not the optimizer's own) set the step: a learning rate of 0 moves nothing."""
   from tff_idp.idp_fedavg import in_process  # pylint: disable=g-import-not-at-top
   hparams, weights = _start()
+  hparams = collections.OrderedDict(hparams)
+  frozen = collections.OrderedDict(hparams, learning_rate=0.0)
+  hparams["learning_rate"] = 0.03
   clients = _clients(2)
   adam = tff.learning.optimizers.build_adam(0.01)
   update = vectorized.VectorizedModelDeltaUpdate(MLP_FN, adam, weighting)
@@ -241,6 +245,8 @@ def test_each_client_equals_the_per_client_update(weighting):
     assert list(result[2]) == list(expected[2])
     tree_checks.assert_trees_close(result, expected, 1e-5)
     tree_checks.assert_trees_close(result, listed, 0.0)
+  still = update(hparams=frozen, initial_weights=weights, client_inputs=clients)
+  assert not any(np.any(d) for r in still for d in r[0])
   counts = [r[2]["num_examples"][0] for r in together]
   assert counts == [2 * n for n in SIZES]
   assert [r[2]["num_batches"][0] for r in together] == [-(-2 * n // 4) for n in SIZES]
