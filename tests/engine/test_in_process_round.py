@@ -49,6 +49,30 @@ def test_no_client_sums_to_zeros():
   assert int(summed["num_examples"][0]) == 0
 
 
+VECTOR_TYPE = tff.types.tensorflow_to_type(collections.OrderedDict(
+    v=tf.TensorSpec([2], tf.float32), n=tf.TensorSpec([], tf.int32)))
+
+
+def test_vector_and_int32_leaves_sum_per_element_in_their_dtype():
+  """Leaves of shape [2] sum element by element; int32 stays int32 (numpy alone would sum
+  it as int64); no client gives zeros of each leaf's shape and dtype."""
+  stats = [collections.OrderedDict(v=np.array([1.0, 2.0], np.float32), n=np.int32(3)),
+           collections.OrderedDict(v=np.array([0.5, -4.0], np.float32), n=np.int32(4))]
+  summed = in_process_round.sum_client_stats(stats, VECTOR_TYPE)
+  assert list(summed) == ["v", "n"]
+  np.testing.assert_array_equal(summed["v"], np.array([1.5, -2.0], np.float32))
+  assert summed["v"].dtype == np.float32 and summed["v"].shape == (2,)
+  assert summed["n"] == 7 and summed["n"].dtype == np.int32
+  one = in_process_round.sum_client_stats(stats[:1], VECTOR_TYPE)
+  np.testing.assert_array_equal(one["v"], np.array([1.0, 2.0], np.float32))
+  assert one["n"] == 3 and one["n"].dtype == np.int32
+  empty = in_process_round.sum_client_stats([], VECTOR_TYPE)
+  assert empty["v"].shape == (2,) and empty["v"].dtype == np.float32
+  assert not np.any(empty["v"])
+  assert np.asarray(empty["n"]).dtype == np.int32 and np.asarray(empty["n"]).shape == ()
+  assert empty["n"] == 0
+
+
 SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 4], tf.float32),
                                y=tf.TensorSpec([None], tf.int32))
 LOGREG_FN = models.tff_model_fn(lambda: models.build_logistic_regression(4, 3), SPEC)
