@@ -256,8 +256,9 @@ def test_each_client_goes_to_copy_i_mod_k_and_the_round_uses_its_results(copies)
     names = {name for j, _, name in log if j == k}
     if copies > 1:
       assert names == {f"tff_idp-client{k}_0"}
-    else:
+    else:  # one copy trains on the caller's thread and keeps no thread pool
       assert names == {threading.current_thread().name}
+      assert fast._threads == []  # pylint: disable=protected-access
   # The example-weighted mean of the updates, applied with the server's learning rate 1.
   want = _flat(state.global_model_weights.trainable) - _mean_update(clients)
   np.testing.assert_allclose(_flat(out.state.global_model_weights.trainable), want, rtol=1e-5)
