@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import datasets
+from tests import release_diff  # pylint: disable=g-bad-import-order
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,54 +47,6 @@ ALLOWED = (
 # the records' own budgets; the guarantee is each record's ε_ij, not a statistic).
 
 
-def _allowed(path):
-  """``path`` without its row (``#<row>``: a metrics.csv round, a table's method) allowed?"""
-  return any(re.fullmatch(p, re.sub(r"#[^/]*$", "", path)) for p in ALLOWED)
-
-
-def _flatten(value, prefix=""):
-  if isinstance(value, dict):
-    out = {}
-    for k, v in value.items():
-      out.update(_flatten(v, f"{prefix}/{k}" if prefix else str(k)))
-    return out
-  if isinstance(value, list):
-    out = {}
-    for i, v in enumerate(value):
-      out.update(_flatten(v, f"{prefix}/{i}"))
-    return out
-  return {prefix: value}
-
-
-def _table_cells(lines):
-  """{"table/<column>#<row>": cell} of every Markdown table in ``lines``; other lines."""
-  cells, other, header = {}, [], None
-  for line in lines:
-    if not line.startswith("|"):
-      header = None
-      other.append(line)
-      continue
-    row = [c.strip() for c in line.strip("|").split("|")]
-    if header is None:
-      header = row
-      other.append(line)   # the header itself must be identical
-    elif not set(line) <= set("|-: "):
-      for name, cell in zip(header, row):
-        cells[f"table/{name}#{row[0]}"] = cell
-  return cells, other
-
-
-def _differences(a, b, what):
-  """Paths whose values differ (or exist in one only), outside the allow-list."""
-  bad = []
-  for path in sorted(set(a) | set(b)):
-    if (path in a) != (path in b):
-      bad.append(f"{what}: {path} in one release only")
-    elif a[path] != b[path] and not _allowed(path):
-      bad.append(f"{what}: {path}: {a[path]!r} != {b[path]!r}")
-  return bad
-
-
 def _release(out, proc, split, names):
   """Everything the release wrote, normalised for the paths the operator chose."""
   def norm(text):
@@ -107,8 +60,8 @@ def _release(out, proc, split, names):
       rows = list(csv.DictReader(f))
     metrics[name] = ({f"metrics/{k}#{i}": v for i, r in enumerate(rows) for k, v in r.items()},
                      list(rows[0]))
-  printed = _table_cells(norm(proc.stdout).splitlines())
-  written = _table_cells(norm((out / "summary.md").read_text()).splitlines())
+  printed = release_diff.table_cells(norm(proc.stdout).splitlines())
+  written = release_diff.table_cells(norm((out / "summary.md").read_text()).splitlines())
   # Log lines without absl's time and thread prefix (e.g. "W1129 02:40:04.36 1399 ").
   logged = [re.sub(r"^[IWEF]\d{4} [\d:.]+\s+\d+ ", "", line)
             for line in norm(proc.stderr).splitlines()]
@@ -153,14 +106,16 @@ def test_two_releases_differing_in_one_record_differ_only_in_covered_fields(tmp_
 
   assert fa == fb and "summary.json" in fa and "accuracy.png" in fa
   assert not [f for f in fa if "diagnostics" in f or "record_plan" in f], fa
-  bad = _differences(_flatten(sa), _flatten(sb), "summary.json")
+  bad = release_diff.differences(release_diff.flatten(sa), release_diff.flatten(sb),
+                                 "summary.json", ALLOWED)
   for name in names:
     assert ma[name][1] == mb[name][1], (name, ma[name][1], mb[name][1])   # the columns
-    bad += _differences(ma[name][0], mb[name][0], f"{name}/metrics.csv")
+    bad += release_diff.differences(ma[name][0], mb[name][0], f"{name}/metrics.csv",
+                                    ALLOWED)
   for (cells_a, lines_a), (cells_b, lines_b), what in ((pa, pb, "stdout"),
                                                        (wa, wb, "summary.md")):
     assert lines_a == lines_b, what
-    bad += _differences(cells_a, cells_b, what)
+    bad += release_diff.differences(cells_a, cells_b, what, ALLOWED)
   assert not bad, "\n".join(bad)
   assert la == lb, "\n".join(set(la) ^ set(lb))   # stderr: warnings and logs
   for name in names:   # the record ledger's columns (counts, ε means) are not released
