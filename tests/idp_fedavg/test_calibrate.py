@@ -133,9 +133,7 @@ def test_cli_does_not_import_tensorflow():
 
 def _printed_calibration(stdout):
   """(σ, [q_p]) exactly as the table prints them (text a user would copy)."""
-  lines = stdout.splitlines()
-  sigma = next(l.split()[-1] for l in lines if l.startswith("noise multiplier σ"))
-  rates = [l.split()[3] for l in lines if l.strip()[:1].isdigit() and len(l.split()) == 5]
+  sigma, rates, _ = _table_values(stdout)
   return sigma, rates
 
 
