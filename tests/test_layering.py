@@ -3,7 +3,9 @@
 grimp builds the import graph from the source, function-level imports
 included, so a cycle or a forbidden import cannot hide inside a function.
 """
+import ast
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -43,3 +45,80 @@ def test_families_and_engine_load_no_audit_code():
                         env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+SCRIPT_FOLDERS = ("tff_idp", "experiments", "datasets", "tools", "benchmarks")
+"""Every folder of Python in the tree; tools/ scripts import each other by bare name."""
+
+
+def _module_graph(root: pathlib.Path) -> dict[str, set[str]]:
+  """Module -> the tree's modules it imports, at any depth (function-level imports included)."""
+  paths = {}
+  for folder in SCRIPT_FOLDERS:
+    for path in (root / folder).rglob("*.py"):
+      parts = list(path.relative_to(root).with_suffix("").parts)
+      parts = parts[:-1] if parts[-1] == "__init__" else parts
+      paths[parts[-1] if folder == "tools" else ".".join(parts)] = path
+
+  def resolve(name: str):
+    while name and name not in paths:
+      name = name.rpartition(".")[0]
+    return name or None
+
+  graph = {}
+  for module, path in paths.items():
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Import):
+        imported.update(resolve(alias.name) for alias in node.names)
+      elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+          parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+          base = ".".join(parts + ([node.module] if node.module else []))
+        imported.update(resolve(f"{base}.{alias.name}") or resolve(base) for alias in node.names)
+    graph[module] = imported - {None, module}
+  return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected components of more than one module (Tarjan)."""
+  index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+  def visit(node):
+    index[node] = low[node] = len(index)
+    stack.append(node)
+    on_stack.add(node)
+    for other in graph[node]:
+      if other not in index:
+        visit(other)
+        low[node] = min(low[node], low[other])
+      elif other in on_stack:
+        low[node] = min(low[node], index[other])
+    if low[node] == index[node]:
+      component = []
+      while not component or component[-1] != node:
+        component.append(stack.pop())
+        on_stack.discard(component[-1])
+      if len(component) > 1:
+        found.append(sorted(component))
+
+  for node in graph:
+    if node not in index:
+      visit(node)
+  return found
+
+
+def test_no_import_circle_anywhere_in_the_tree():
+  graph = _module_graph(pathlib.Path(ROOT))
+  assert "mutmut_run" in graph and "tff_idp.engine.sampling" in graph
+  assert _circles(graph) == []
+
+
+def test_the_circle_check_sees_a_function_level_import_between_scripts(tmp_path):
+  (tmp_path / "tools").mkdir()
+  (tmp_path / "tools" / "a.py").write_text("import b\n")
+  (tmp_path / "tools" / "b.py").write_text("def f():\n  import a\n")
+  (tmp_path / "tools" / "c.py").write_text("import a\n")
+  assert _circles(_module_graph(tmp_path)) == [["a", "b"]]

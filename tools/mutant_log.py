@@ -18,8 +18,8 @@ survived). Two uses:
   ``python tools/mutant_log.py --replay [mutants]`` replays the log: the test
   time of the killed mutants with and without the killers first.
 
-Plain Python (no mutmut, no TensorFlow; only ``--replay`` imports mutmut through
-tools/mutmut_run.py), so its tests run in ``make test``.
+Plain Python (no mutmut, no TensorFlow; the replay takes each mutant's test order from
+tools/mutant_tests.py, as tools/mutmut_run.py does), so its tests run in ``make test``.
 """
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ import os
 import pathlib
 import sys
 from typing import Iterable, Mapping, Optional
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import mutant_tests  # pylint: disable=wrong-import-position
 
 # How many earlier killers of the same function, and of the same module, go first.
 FUNCTION_KILLERS = 3
@@ -196,16 +199,15 @@ def replay(records: list[dict], tests_of, duration_by_test: Mapping[str, float],
 
 def _replay_run(folder: pathlib.Path) -> str:
   """The replay of a finished run's log, with and without earlier killers first."""
-  import mutmut_run  # pylint: disable=g-import-not-at-top  (imports mutmut: this command only)
   stats = json.loads((folder / "mutmut-stats.json").read_text())
   durations = stats["duration_by_test"]
   by_function = stats["tests_by_mangled_function_name"]
 
   def tests_of(mutant: str) -> list[str]:
     function = function_of(mutant)
-    covering, extra = mutmut_run.mirrored_tests(function, set(by_function.get(function, ())),
+    covering, extra = mutant_tests.mirrored_tests(function, set(by_function.get(function, ())),
                                                 set(durations))
-    return mutmut_run.fastest_first(covering | extra, durations, covering)
+    return mutant_tests.fastest_first(covering | extra, durations, covering)
 
   records = read_records(folder / "mutant_times.jsonl")
   killed = sum(1 for r in records if r.get("killer"))
