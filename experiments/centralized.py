@@ -185,9 +185,17 @@ def parse_config() -> dict:
   if _FILTER_ALPHA.value != 0 and not _FILTER_ALPHA.value > 1:
     raise ValueError(f"--filter_alpha={_FILTER_ALPHA.value} must be > 1 (or 0 for "
                      "per-record orders).")
+  if _MODE.value != "compare" and 0 < _TRAIN.value < _T3_EXAMPLES.value:
+    # The silo holds at most --train_examples records (issue 50: refused after TF loaded).
+    raise ValueError(f"--table3_examples={_T3_EXAMPLES.value} exceeds the silo's at most "
+                     f"{_TRAIN.value} records (--train_examples): lower --table3_examples "
+                     "or raise --train_examples.")
   levels = _floats(_LEVELS.value, "levels")
   ratios = _floats(_LEVEL_RATIOS.value, "level_ratios")
-  distribution = preferences.ThreeLevels(levels, ratios)  # checks ε > 0, ratios sum to 1
+  try:
+    distribution = preferences.ThreeLevels(levels, ratios)  # checks ε > 0, ratios sum to 1
+  except ValueError as e:
+    raise ValueError(f"--levels/--level_ratios: {e}") from None
   # TwoStageParams checks σ, δ and the steps with advice.
   TwoStageParams(_NOISE.value, _STEPS.value, 1, 1.0, _DELTA.value)
   TwoStageParams(_T3_NOISE.value, _T3_STEPS.value, 1, 1.0, _DELTA.value)

@@ -178,7 +178,21 @@ def check() -> None:
   config_lib.check_settings(training_config())
   if _DATASET.value == "synthetic":  # the embedded federation's size is known before any data
     validation.check_cohort(_CLIENTS_PER_ROUND.value, _NUM_CLIENTS.value)
+    synthetic_config()
   _refuse_flags_of_another_dataset()
+
+
+def synthetic_config() -> synthetic.SyntheticConfig:
+  """The embedded federation's flags as its config; a bad value names its flag (issue 50)."""
+  try:
+    return synthetic.SyntheticConfig(
+        num_clients=_NUM_CLIENTS.value, alpha=_ALPHA.value, beta=_BETA.value,
+        iid=_IID.value, seed=_DATA_SEED.value, num_features=_NUM_FEATURES.value,
+        num_classes=_NUM_CLASSES.value)
+  except ValueError as e:  # "num_features must be ..." -> "--num_features must be ..."
+    message = str(e)
+    raise ValueError("--" + ("data_" + message if message.startswith("seed ") else message)
+                     ) from None
 
 
 # Flags that shape the embedded federation only, and those that choose or build a split.
@@ -215,10 +229,7 @@ def main(argv):
   privacy_flags.announce()
   config.output_dir = cli.prepare_output_dir(config.output_dir)
   if _DATASET.value == "synthetic":
-    data_config = synthetic.SyntheticConfig(
-        num_clients=_NUM_CLIENTS.value, alpha=_ALPHA.value, beta=_BETA.value,
-        iid=_IID.value, seed=_DATA_SEED.value, num_features=_NUM_FEATURES.value,
-        num_classes=_NUM_CLASSES.value)
+    data_config = synthetic_config()
     train, _, central_test = synthetic.load_synthetic(data_config)
     test = next(iter(central_test.batch(10**7)))
     test_x, test_y = test["x"].numpy(), test["y"].numpy()

@@ -326,6 +326,10 @@ def check() -> dict:
   """Every flag check that needs no data (``cli.launch`` runs them before TensorFlow)."""
   cfg = parse_config()
   _check_owner_flags(cfg)
+  batch, most = cfg["expected_batch"], cfg["train_examples"]
+  if batch is not None and most and batch > most:  # the silo has at most that many records
+    raise ValueError(f"--expected_batch={batch:g} exceeds the silo's at most {most} records "
+                     "(--train_examples): lower --expected_batch or raise --train_examples.")
   return cfg
 
 

@@ -272,8 +272,11 @@ def make_distribution():
   if _DISTRIBUTION.value == preferences.BY_CLASS:
     return None
   if _DISTRIBUTION.value == "three_levels":
-    return preferences.ThreeLevels(tuple(float(v) for v in _LEVELS.value),
-                                   tuple(float(v) for v in _LEVEL_RATIOS.value))
+    try:
+      return preferences.ThreeLevels(tuple(float(v) for v in _LEVELS.value),
+                                     tuple(float(v) for v in _LEVEL_RATIOS.value))
+    except ValueError as e:  # issue 50: the message named no flag
+      raise ValueError(f"--levels/--level_ratios: {e}") from None
   return preferences.make_distribution(_DISTRIBUTION.value)
 
 
@@ -304,6 +307,11 @@ def check() -> dict:
   if by_class and not _CLASS_BUDGETS.value:
     raise ValueError("--distribution=by_class needs --class_budgets, one ε per class, "
                      "e.g. --class_budgets=0-4:0.1,5-9:1.")
+  if by_class:  # the syntax and every ε now; the classes once the data is loaded
+    try:
+      preferences.parse_class_budgets(_CLASS_BUDGETS.value, num_classes=None)
+    except ValueError as e:
+      raise ValueError(f"--class_budgets: {e}") from None
   if _CLASS_BUDGETS.value and not by_class:
     raise ValueError(f"--class_budgets is only used with --distribution=by_class (not "
                      f"{_DISTRIBUTION.value}); drop it or set --distribution=by_class.")

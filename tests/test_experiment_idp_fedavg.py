@@ -71,7 +71,7 @@ def test_clipped_count_stddev_flag_is_honoured_by_validation(tmp_path):
     (["--runs=50-60"], "sum to"),
     (["--runs=30-30"], "--runs: run spec '30-30': the percentages 30-30 sum to 60, not 100"),
     (["--runs=foo:1-2"], "mode must be idp or scale"),
-    (["--runs=10-90", "--budgets=1,2,3"], "one percentage per budget"),
+    (["--runs=10-90", "--budgets=1,2,3"], "give 3, one per budget"),
     (["--clients_per_round=500", "--num_clients=100"], "exceeds num_clients"),
     (["--budgets=0,1", "--runs=50-50", "--ratios=0.5,0.5"], "item 0 is out of range.*must be a number > 0"),
     (["--delta=1.5"], "delta"),

@@ -95,6 +95,26 @@ CASES = [
     ("datasets.build", ["--dataset=svhn", "--num_clients=1e3"], "integer"),
     ("datasets.build", ["--dataset=svhn", "--out=README.md/split"], "is a file"),
     ("datasets.build", ["--partition=iid"], "--dataset is required"),
+    # issue 50 items 3-5: accepted silently, refused after TensorFlow loaded, or a message
+    # that named no flag or the wrong one
+    ("experiments.idp_fedavg", ["--clients_per_round=1e-9"], "--clients_per_round >= 1"),
+    ("experiments.fmnist", ["--clients_per_round=0.5"], "--clients_per_round >= 1"),
+    ("experiments.idp_fedavg", ["--num_features=0"], "--num_features must be"),
+    ("experiments.idp_fedavg", ["--num_classes=1"], "--num_classes must be"),
+    ("experiments.idp_fedavg", ["--alpha=-1", "--noiid"], "--alpha=-1.0"),
+    ("experiments.rpdp", ["--distribution=by_class", "--class_budgets=foo"],
+     "--class_budgets: class budget 'foo'"),
+    ("experiments.rpdp", ["--distribution=by_class", "--class_budgets=0-9:-1"],
+     "--class_budgets: class budget '0-9:-1'"),
+    ("experiments.centralized", ["--mode=table3", "--table3_examples=100000"],
+     "raise --train_examples"),
+    ("experiments.ino_sgd", ["--expected_batch=1e9"], "lower --expected_batch"),
+    ("experiments.idp_fedavg", ["--runs=idp", "--ratios=0.5,0.5"], "give 3 --ratios"),
+    ("experiments.idp_fedavg", ["--runs=50-50"], "give 3, one per budget (e.g. 34-33-33)"),
+    ("experiments.rpdp", ["--level_ratios=0.7,0.3"], "--levels/--level_ratios: 2 ratios"),
+    ("experiments.centralized", ["--level_ratios=0.7,0.3"], "--levels/--level_ratios"),
+    ("tff_idp.execution.worker", ["--port=1", "--log_path=/etc/hostname/x.log"],
+     "--log_path=/etc/hostname/x.log: cannot write it"),
 ]
 
 

@@ -146,7 +146,7 @@ def test_bounded_mix_gauss_components_are_truncated_normals():
 
 
 def test_bad_parameters_raise():
-  with pytest.raises(ValueError, match="one ratio per ε"):
+  with pytest.raises(ValueError, match="1 ratios for 2 budget levels.*one ratio per level"):
     preferences.Groups((1.0, 2.0), (1.0,))
   with pytest.raises(ValueError, match="sum to"):
     preferences.ThreeLevels((0.1, 1.0, 5.0), (0.7, 0.2, 0.2))
@@ -200,6 +200,19 @@ def test_parse_class_budgets_ranges_singles_and_lists():
 def test_parse_class_budgets_errors_say_what_to_change(spec, match):
   with pytest.raises(ValueError, match=match):
     preferences.parse_class_budgets(spec, 10)
+
+
+def test_class_budgets_without_the_data_check_all_that_needs_no_class_count():
+  """Issue 50: ``num_classes=None`` (before the data loads) still refuses bad syntax, a bad ε
+  and an overlap, and leaves the class range and the missing classes to the later check."""
+  assert preferences.parse_class_budgets("0-4:0.1,12:1", None) == {
+      **{c: 0.1 for c in range(5)}, 12: 1.0}
+  for spec, match in [("foo", "is not <class>:<ε>"), ("0-4:-1", "must be > 0"),
+                      ("0-4:1,4:2", "already got a budget"), ("", "empty")]:
+    with pytest.raises(ValueError, match=match):
+      preferences.parse_class_budgets(spec, None)
+  with pytest.raises(ValueError, match="class 12 does not exist"):
+    preferences.parse_class_budgets("0-4:0.1,12:1", 10)
 
 
 def test_class_record_budgets_follow_the_labels():

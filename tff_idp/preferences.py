@@ -55,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -70,7 +70,8 @@ class Groups:
 
   def __post_init__(self):
     if len(self.epsilons) != len(self.ratios):
-      raise ValueError("Groups needs one ratio per ε.")
+      raise ValueError(f"{len(self.ratios)} ratios for {len(self.epsilons)} budget levels "
+                       f"{tuple(self.epsilons)}; give one ratio per level.")
     for e in self.epsilons:
       validation.check_epsilon(e)
     validation.check_ratios(self.ratios)
@@ -279,7 +280,8 @@ BY_CLASS = "by_class"
 _CLASS_ITEM = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?:\s*(\S+)\s*$")
 
 
-def parse_class_budgets(spec: str | Sequence[str], num_classes: int) -> dict[int, float]:
+def parse_class_budgets(spec: str | Sequence[str],
+                        num_classes: Optional[int]) -> dict[int, float]:
   """``{class: ε}`` from a spec such as ``"0-4:0.1,5-9:1"`` (rPDP-FL, budgets by class).
 
   Each item is ``<class>:<ε>`` or ``<first>-<last>:<ε>`` (an inclusive range
@@ -288,22 +290,23 @@ def parse_class_budgets(spec: str | Sequence[str], num_classes: int) -> dict[int
 
   Args:
     spec: the comma-separated string, or its items (as absl's list flags give).
-    num_classes: the number of classes of the dataset.
+    num_classes: the number of classes of the dataset; None checks what needs no data
+      (the syntax, every ε, no overlap) before the data is loaded (issue 50).
 
   Raises:
     ValueError: saying what to change (syntax, class out of range, overlap,
       missing classes, ε not > 0).
   """
-  if num_classes < 1:
+  if num_classes is not None and num_classes < 1:
     raise ValueError(f"num_classes={num_classes} must be >= 1.")
   items = spec.split(",") if isinstance(spec, str) else list(spec)
   items = [item for item in (str(i).strip() for i in items) if item]
   def span(first: int, last: int) -> str:
     return f"{first}" if first == last else f"{first}-{last}"
 
-  half = num_classes // 2
-  example = (f"e.g. {span(0, half - 1)}:0.1,{span(half, num_classes - 1)}:1"
-             if num_classes > 1 else "e.g. 0:1")
+  half = (num_classes or 10) // 2
+  example = (f"e.g. {span(0, half - 1)}:0.1,{span(half, (num_classes or 10) - 1)}:1"
+             if (num_classes or 10) > 1 else "e.g. 0:1")
   if not items:
     raise ValueError(f"class budgets are empty; give one ε per class, {example}.")
   out: dict[int, float] = {}
@@ -317,7 +320,7 @@ def parse_class_budgets(spec: str | Sequence[str], num_classes: int) -> dict[int
     if first > last:
       raise ValueError(f"class budget {item!r}: the range {first}-{last} is empty; write "
                        f"it as {last}-{first}.")
-    if last >= num_classes:
+    if num_classes is not None and last >= num_classes:
       raise ValueError(f"class budget {item!r}: class {last} does not exist; the dataset's "
                        f"classes are 0-{num_classes - 1}.")
     try:
@@ -333,7 +336,7 @@ def parse_class_budgets(spec: str | Sequence[str], num_classes: int) -> dict[int
       raise ValueError(f"class budget {item!r}: {_classes(twice)} already got a budget; "
                        "give every class exactly one ε (remove the overlap).")
     out.update({c: epsilon for c in range(first, last + 1)})
-  missing = [c for c in range(num_classes) if c not in out]
+  missing = [c for c in range(num_classes or 0) if c not in out]
   if missing:
     raise ValueError(f"{_classes(missing)} got no budget; give every class "
                      f"0-{num_classes - 1} an ε ({example}).")

@@ -31,7 +31,7 @@ def test_percentages_that_do_not_sum_to_100_speak_of_percentages():
 @pytest.mark.parametrize("text, match", [
     ("magic:1-2-97", "mode must be idp or scale.*scale-34-43-23"),
     ("a-b-c", "percentages like 34-43-23.*scale-34-43-23"),
-    ("50-50", "has 2 groups but there are 3 budgets"),
+    ("50-50", "has 2 percentages for 3 --budgets"),
 ])
 def test_bad_specs_say_what_to_write(text, match):
   with pytest.raises(ValueError, match=match):
@@ -194,3 +194,18 @@ def test_percentages_off_100_by_half_a_percent_are_refused():
   """Percentages must sum to 100 (to 1e-6): 50-50.5 is a typo, not a distribution to renormalise."""
   with pytest.raises(ValueError, match="sum to 100.5, not 100"):
     privacy_plan.parse_run_spec("50-50.5", [0.5, 0.5], 2)
+
+
+@pytest.mark.parametrize("text,ratios,groups,match", [
+    ("idp", [0.5, 0.5], 3, "takes its groups from --ratios, which has 2 values for 3 "
+     "--budgets; give 3 --ratios"),
+    ("scale", [0.2, 0.3, 0.5], 2, "has 3 values for 2 --budgets; give 2 --ratios"),
+    ("50-50", RATIOS, 3, "has 2 percentages for 3 --budgets; give 3, one per budget "
+     r"\(e.g. 34-33-33\)"),
+    ("scale:100", [0.2] * 5, 5, r"e.g. 20-20-20-20-20\)"),
+    ("10-20-30-40", [0.5, 0.5], 2, r"e.g. 50-50\)"),
+])
+def test_a_group_count_mismatch_names_the_flag_to_change(text, ratios, groups, match):
+  """Issue 50: ``--runs=idp --ratios=0.5,0.5`` asked for percentages in the run spec."""
+  with pytest.raises(ValueError, match=match):
+    privacy_plan.parse_run_spec(text, ratios, groups)

@@ -200,6 +200,16 @@ def check_port_free(port: int, flag: str = "port") -> None:
       sock.close()
 
 
+def check_log_path(path: str) -> None:
+  """Refuses a --log_path the worker cannot append to, naming the flag (issue 50)."""
+  try:
+    with open(path, "ab"):
+      pass
+  except OSError as e:
+    raise ValueError(f"--log_path={path}: cannot write it ({e.strerror}); give a file in a "
+                     "writable directory.") from None
+
+
 @cli.entry
 def main(argv) -> int:
   if len(argv) > 1:
@@ -207,6 +217,8 @@ def main(argv) -> int:
   if _PORT.value is None:
     raise ValueError("--port is required: the port the fleet connects to, e.g. --port=8000.")
   check_port_free(_PORT.value)
+  if _LOG_PATH.value:
+    check_log_path(_LOG_PATH.value)
   if _INTERNAL_PORT.value:
     check_port_free(_INTERNAL_PORT.value, "internal_port")
   return serve(_PORT.value, _DEVICE.value,

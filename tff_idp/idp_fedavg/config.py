@@ -113,6 +113,11 @@ def check_settings(config: TrainingConfig) -> None:
     if value is not None and not (math.isfinite(value) and value > 0):
       raise ValueError(f"--{key}={value} must be a finite number > 0 (or unset for "
                        "the default).")
+  if not config.clients_per_round >= 1:  # also NaN (issue 50: 1e-9 trained on no client)
+    raise ValueError(f"--clients_per_round={config.clients_per_round:g} expects fewer than one "
+                     "client per round, so most rounds would train on none; give "
+                     "--clients_per_round >= 1 (the default is "
+                     f"{TRAINING_DEFAULTS['clients_per_round']:g}).")
   if config.audit_canaries < 0:
     raise ValueError(f"--audit_canaries={config.audit_canaries} must be >= 0 (0 = off).")
   specs = []

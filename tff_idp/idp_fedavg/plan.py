@@ -44,7 +44,8 @@ def parse_run_spec(text: str, default_ratios: Sequence[float], num_groups: int) 
   if mode not in ("idp", "scale"):
     raise ValueError(f"run spec {text!r}: mode must be idp or scale, e.g. scale:34-43-23 "
                      "(or scale-34-43-23).")
-  if dist in ("idp", "scale", ""):
+  dist_from_ratios = dist in ("idp", "scale", "")
+  if dist_from_ratios:
     ratios = tuple(float(r) for r in default_ratios)
     mode = dist or mode
     dist = "-".join(f"{100 * r:g}" for r in ratios)
@@ -60,11 +61,23 @@ def parse_run_spec(text: str, default_ratios: Sequence[float], num_groups: int) 
                        "clients in percent, e.g. 34-43-23.")
     ratios = tuple(p / 100.0 for p in percentages)
   if len(ratios) != num_groups:
-    raise ValueError(f"run spec {text!r} has {len(ratios)} groups but there are "
-                     f"{num_groups} budgets; give one percentage per budget.")
+    if dist_from_ratios:  # issue 50: the fix is in --ratios, not in the run spec
+      raise ValueError(f"run spec {text!r} takes its groups from --ratios, which has "
+                       f"{len(ratios)} values for {num_groups} --budgets; give "
+                       f"{num_groups} --ratios, one per budget.")
+    raise ValueError(f"run spec {text!r} has {len(ratios)} percentages for {num_groups} "
+                     f"--budgets; give {num_groups}, one per budget (e.g. "
+                     f"{_even_percentages(num_groups)}).")
   validation.check_ratios(ratios)
   name = dist if mode == "idp" else f"scale-{dist}"
   return RunSpec(name, mode, ratios)
+
+
+def _even_percentages(num_groups: int) -> str:
+  """An example spec of ``num_groups`` whole percentages summing to 100 (5 -> 20-20-20-20-20)."""
+  shares = [100 // num_groups] * num_groups
+  shares[0] += 100 - sum(shares)
+  return "-".join(str(share) for share in shares)
 
 
 @dataclasses.dataclass
