@@ -30,6 +30,8 @@ $(STAMP): requirements.txt requirements-tff.txt setup.cfg
 	$(PY) -m pip install --quiet --no-deps -r requirements-tff.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(PY) -c "import tensorflow_federated, tensorflow_privacy, dp_accounting, tff_idp.execution.runtime; print('tff', tensorflow_federated.__version__)"
+	# The TFF workers listen on loopback through a small preload library built with cc.
+	$(PY) -c "from tff_idp.execution import listen_address as l; print('loopback library', l.shim_path())"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -115,6 +115,11 @@ CASES = [
     ("experiments.centralized", ["--level_ratios=0.7,0.3"], "--levels/--level_ratios"),
     ("tff_idp.execution.worker", ["--port=1", "--log_path=/etc/hostname/x.log"],
      "--log_path=/etc/hostname/x.log: cannot write it"),
+    # issue 50 item 2: a worker other machines can reach needs TLS or the insecure flag
+    ("tff_idp.execution.worker", ["--port=1", "--listen_address=0.0.0.0"],
+     "--listen_address=0.0.0.0 lets other machines run computations"),
+    ("tff_idp.execution.worker", ["--port=1", "--listen_address=host.example"],
+     "give an IP address"),
 ]
 
 

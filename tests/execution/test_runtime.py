@@ -215,15 +215,20 @@ def test_worker_env_allocator_and_arenas(monkeypatch, tmp_path):
   monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
   monkeypatch.delenv("LD_PRELOAD", raising=False)
   found = runtime.find_worker_allocator()
-  env = runtime.ExecutionRuntime()._worker_env()  # pylint: disable=protected-access
+  every = {"listen_address": "0.0.0.0"}  # no loopback library: the allocator alone
+  env = runtime.ExecutionRuntime(**every)._worker_env()  # pylint: disable=protected-access
   assert env.get("LD_PRELOAD") == found and "MALLOC_ARENA_MAX" not in env
-  env = runtime.ExecutionRuntime(worker_allocator="glibc", malloc_arena_max=1)._worker_env()  # pylint: disable=protected-access
+  env = runtime.ExecutionRuntime(worker_allocator="glibc", malloc_arena_max=1, **every)._worker_env()  # pylint: disable=protected-access
   assert "LD_PRELOAD" not in env and env["MALLOC_ARENA_MAX"] == "1"
   lib = tmp_path / "liballoc.so"
   lib.write_bytes(b"")
   monkeypatch.setenv("LD_PRELOAD", "/x/other.so")  # kept, after ours
-  env = runtime.ExecutionRuntime(worker_allocator=str(lib), worker_env={"FOO": "1"})._worker_env()  # pylint: disable=protected-access
+  env = runtime.ExecutionRuntime(worker_allocator=str(lib), worker_env={"FOO": "1"}, **every)._worker_env()  # pylint: disable=protected-access
   assert env["LD_PRELOAD"] == f"{lib}:/x/other.so" and env["FOO"] == "1"
+  # Issue 50: by default the loopback library goes first, the allocator and the user's after.
+  env = runtime.ExecutionRuntime(worker_allocator=str(lib))._worker_env()  # pylint: disable=protected-access
+  assert env["LD_PRELOAD"].split(":")[1:] == [str(lib), "/x/other.so"]
+  assert "bind_address-" in env["LD_PRELOAD"].split(":")[0]
   monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # a user's own setting wins
   env = runtime.ExecutionRuntime(worker_allocator=None, malloc_arena_max=1)._worker_env()  # pylint: disable=protected-access
   assert env["MALLOC_ARENA_MAX"] == "4"

@@ -62,6 +62,7 @@ import portpicker
 
 from tff_idp import console
 from tff_idp.execution import fleet
+from tff_idp.execution import listen_address as listen
 from tff_idp.errors import TffIdpError
 
 _PR_SET_PDEATHSIG = 1
@@ -295,6 +296,10 @@ class ExecutionRuntime:
     rpc_timeout_s: fleet only: deadline of every gRPC call to a worker.
     tls: fleet only: :class:`tff_idp.execution.fleet.TlsConfig` for TLS channels.
     port: the local worker's port (default: a free one).
+    listen_address: the IP address the local worker listens on (default: the
+      ``TFF_IDP_WORKER_LISTEN`` environment variable, else ``127.0.0.1``, so only
+      this machine can reach it; ``0.0.0.0`` for every interface). See
+      :mod:`tff_idp.execution.listen_address`.
     recycle_worker_mib: a local glibc worker (no jemalloc/tcmalloc preloaded,
       no ``malloc_arena_max``) is restarted between rounds once its RSS has
       grown this many MiB past its size after ``_RECYCLE_WARMUP_ROUNDS``
@@ -319,6 +324,7 @@ class ExecutionRuntime:
                rpc_timeout_s: float = fleet.DEFAULT_RPC_TIMEOUT_S,
                tls: Optional[fleet.TlsConfig] = None,
                port: Optional[int] = None,
+               listen_address: Optional[str] = None,
                recycle_worker_mib: Optional[float] = DEFAULT_RECYCLE_WORKER_MIB):
     if device not in ("cpu", "gpu"):
       raise ValueError(f"device={device!r} must be 'cpu' or 'gpu'.")
@@ -352,6 +358,8 @@ class ExecutionRuntime:
     if port is not None and workers is not None:
       raise ValueError("port is the local worker's; a fleet has no local worker.")
     self.requested_port = port
+    self.listen_address = (listen.default_address() if listen_address is None
+                           else listen.parse(listen_address))
     self.worker_retries = int(worker_retries)
     self.connect_timeout_s = float(connect_timeout_s)
     self.rpc_timeout_s = float(rpc_timeout_s)
@@ -400,6 +408,7 @@ class ExecutionRuntime:
       env["LD_PRELOAD"] = self.worker_allocator_path + (f":{preload}" if preload else "")
     if self.malloc_arena_max is not None:
       env.setdefault("MALLOC_ARENA_MAX", str(self.malloc_arena_max))
+    env.update(listen.worker_env(self.listen_address, env.get("LD_PRELOAD")))
     env.update(self.worker_env)
     return env
 
@@ -420,7 +429,8 @@ class ExecutionRuntime:
             f"--max_concurrent_computation_calls={self.max_concurrent_computation_calls}"]),
         stdin=subprocess.DEVNULL, stdout=log_file or subprocess.DEVNULL,
         stderr=log_file or subprocess.DEVNULL, close_fds=True, env=self._worker_env())
-    channel = grpc.insecure_channel(f"localhost:{port}", fleet.GRPC_OPTIONS)
+    channel = grpc.insecure_channel(listen.connect_target(self.listen_address, port),
+                                    fleet.GRPC_OPTIONS)
     return {"process": process, "port": port, "log_file": log_file,
             "stub": remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)}
 

@@ -14,12 +14,15 @@ Then, on the machine that drives the experiment:
 * SIGINT/SIGTERM stop the worker (by PID) and exit 130/143; the worker also
   dies with this process if it is killed (PR_SET_PDEATHSIG), so no child is
   ever left behind. If the worker exits by itself, so does this, with its code.
+* It listens on ``--listen_address``, ``127.0.0.1`` by default: only this
+  machine can reach it (the stock binary listens on every interface; see
+  :mod:`tff_idp.execution.listen_address`). Any other address needs TLS, or
+  ``--insecure_plaintext`` to accept plaintext on a network you trust.
 * ``--tls_cert``/``--tls_key`` (optionally ``--tls_client_ca`` for mutual TLS):
   the stock worker speaks plaintext gRPC only, so this process serves TLS on
-  ``--port`` and forwards each call, unchanged, to the worker on
-  ``--internal_port`` (a free one by default). The worker binary listens on
-  all interfaces, so the internal port must be firewalled (the Dockerfile
-  publishes only ``--port``).
+  ``--listen_address:--port`` and forwards each call, unchanged, to the worker
+  on ``127.0.0.1:--internal_port`` (a free one by default), which only this
+  machine can reach.
 
 **Security.** A worker executes whatever TFF computation it is sent, i.e.
 arbitrary TensorFlow graphs with file and network ops: never expose one to
@@ -44,6 +47,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 import grpc  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from tff_idp import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tff_idp.execution import listen_address as listen  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tff_idp.execution import runtime  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _PORT = flags.DEFINE_integer("port", None, "Port the fleet connects to.")
@@ -58,6 +62,14 @@ _TLS_CERT = flags.DEFINE_string("tls_cert", None, "PEM certificate: serve TLS on
 _TLS_KEY = flags.DEFINE_string("tls_key", None, "PEM private key of --tls_cert.")
 _TLS_CLIENT_CA = flags.DEFINE_string(
     "tls_client_ca", None, "PEM CA: require client certificates it signed (mutual TLS).")
+_LISTEN_ADDRESS = flags.DEFINE_string(
+    "listen_address", listen.LOOPBACK,
+    "IP address to listen on. The default, loopback, is reachable from this machine only; "
+    "any other (0.0.0.0: every interface) needs --tls_cert/--tls_key or --insecure_plaintext.")
+_INSECURE_PLAINTEXT = flags.DEFINE_bool(
+    "insecure_plaintext", False,
+    "Serve plaintext gRPC on a --listen_address other machines can reach: anyone who can "
+    "reach it can run computations here, unauthenticated. For trusted networks only.")
 _INTERNAL_PORT = flags.DEFINE_integer(
     "internal_port", None, "With TLS: the plaintext worker's port (default: a free one).")
 
@@ -78,7 +90,8 @@ class TlsForwarder:
   """
 
   def __init__(self, port: int, target: str, cert: bytes, key: bytes,
-               client_ca: Optional[bytes] = None, max_workers: int = 16):
+               client_ca: Optional[bytes] = None, max_workers: int = 16,
+               address: str = listen.LOOPBACK):
     from concurrent import futures  # pylint: disable=g-import-not-at-top
     self._channel = grpc.insecure_channel(target, runtime.fleet.GRPC_OPTIONS)
     self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers),
@@ -87,8 +100,9 @@ class TlsForwarder:
     credentials = grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=client_ca,
         require_client_auth=client_ca is not None)
-    if self._server.add_secure_port(f"[::]:{port}", credentials) == 0:
-      raise ValueError(f"cannot listen on port {port} (in use?).")
+    if self._server.add_secure_port(listen.bind_target(address, port), credentials) == 0:
+      raise ValueError(f"cannot listen on {listen.bind_target(address, port)} (port in use, "
+                       "or not an address of this machine?).")
 
   class _Handler(grpc.GenericRpcHandler):
 
@@ -130,20 +144,28 @@ def _raise_stop(signum, frame):
 def serve(port: int, device: str = "cpu", gpu_ids=None, max_concurrent_computation_calls: int = -1,
           log_path: Optional[str] = None, tls_cert: Optional[str] = None,
           tls_key: Optional[str] = None, tls_client_ca: Optional[str] = None,
-          internal_port: Optional[int] = None, announce=print) -> int:
-  """Runs one worker until it exits (its code) or a signal ends this process."""
+          internal_port: Optional[int] = None, announce=print,
+          listen_address: str = listen.LOOPBACK, insecure_plaintext: bool = False) -> int:
+  """Runs one worker until it exits (its code) or a signal ends this process.
+
+  It listens on ``listen_address`` only (loopback by default); another address
+  needs TLS or ``insecure_plaintext`` (:func:`listen_address.check_worker_address`).
+  """
   if (tls_cert is None) != (tls_key is None):
     raise ValueError("TLS needs both --tls_cert and --tls_key.")
   if tls_client_ca is not None and tls_cert is None:
     raise ValueError("--tls_client_ca needs --tls_cert and --tls_key.")
   tls = tls_cert is not None
+  address = listen.check_worker_address(listen_address, tls, insecure_plaintext)
   if tls:
     cert, key = _read(tls_cert, "--tls_cert"), _read(tls_key, "--tls_key")
     client_ca = _read(tls_client_ca, "--tls_client_ca") if tls_client_ca else None
   worker_port = internal_port if tls and internal_port else (None if tls else port)
+  # Behind TLS the plaintext worker listens on loopback, where only the forwarder reaches it.
   rt = runtime.ExecutionRuntime(device=device, gpu_ids=gpu_ids, log_path=log_path,
                                 max_concurrent_computation_calls=max_concurrent_computation_calls,
-                                install_signal_handlers=False, port=worker_port)
+                                install_signal_handlers=False, port=worker_port,
+                                listen_address=listen.LOOPBACK if tls else address)
   forwarder = None
   previous = {}
   if threading.current_thread() is threading.main_thread():
@@ -152,14 +174,20 @@ def serve(port: int, device: str = "cpu", gpu_ids=None, max_concurrent_computati
   try:
     proc = rt.launch_worker()
     if tls:
-      forwarder = TlsForwarder(port, f"localhost:{rt.port}", cert, key, client_ca)
+      forwarder = TlsForwarder(port, listen.connect_target(listen.LOOPBACK, rt.port), cert,
+                               key, client_ca, address=address)
       forwarder.start()
       announce(f"TFF worker (pid {proc.pid}) serving TLS{' with client certificates' if client_ca else ''} "
-               f"on [::]:{port}, forwarding to plaintext port {rt.port} (firewall it); "
+               f"on {listen.bind_target(address, port)}, forwarding to plaintext "
+               f"{listen.connect_target(listen.LOOPBACK, rt.port)} (loopback only); "
                "Ctrl-C stops it.", flush=True)
+    elif listen.is_loopback(address):
+      announce(f"TFF worker (pid {proc.pid}) listening on {listen.bind_target(address, port)} "
+               "(loopback: this machine only); Ctrl-C stops it.", flush=True)
     else:
-      announce(f"TFF worker (pid {proc.pid}) listening on [::]:{port} (plaintext gRPC: "
-               "trusted networks only); Ctrl-C stops it.", flush=True)
+      announce(f"TFF worker (pid {proc.pid}) listening on {listen.bind_target(address, port)} "
+               "(--insecure_plaintext: unauthenticated gRPC, anyone who reaches it can run "
+               "computations here); Ctrl-C stops it.", flush=True)
     while proc.poll() is None:
       time.sleep(0.5)
     print(f"error: the TFF worker (pid {proc.pid}) exited with code {proc.returncode}"
@@ -216,6 +244,8 @@ def main(argv) -> int:
     raise ValueError(f"unexpected arguments: {' '.join(argv[1:])}")
   if _PORT.value is None:
     raise ValueError("--port is required: the port the fleet connects to, e.g. --port=8000.")
+  listen.check_worker_address(_LISTEN_ADDRESS.value, _TLS_CERT.value is not None,
+                              _INSECURE_PLAINTEXT.value)
   check_port_free(_PORT.value)
   if _LOG_PATH.value:
     check_log_path(_LOG_PATH.value)
@@ -224,7 +254,9 @@ def main(argv) -> int:
   return serve(_PORT.value, _DEVICE.value,
                [int(i) for i in _GPU_IDS.value] if _GPU_IDS.value else None,
                _MAX_CALLS.value, _LOG_PATH.value, _TLS_CERT.value, _TLS_KEY.value,
-               _TLS_CLIENT_CA.value, _INTERNAL_PORT.value)
+               _TLS_CLIENT_CA.value, _INTERNAL_PORT.value,
+               listen_address=_LISTEN_ADDRESS.value,
+               insecure_plaintext=_INSECURE_PLAINTEXT.value)
 
 
 if __name__ == "__main__":
