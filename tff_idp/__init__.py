@@ -7,9 +7,14 @@ where the user has not set them (:func:`tff_idp.console.quiet_tensorflow`
 with ``library=True``; ``TFF_IDP_VERBOSE=1`` keeps them) and registers one
 exit hook (:mod:`tff_idp.execution.tff_teardown`).
 """
-from tff_idp import console as _console
-from tff_idp import lazy_exports as _lazy_exports
-from tff_idp.execution import tff_teardown  # noqa: F401  (registers the exit hook)
+# First: a command line's Ctrl-C/SIGTERM while it imports ends in one line (issue 50).
+from tff_idp import startup_signals as _startup_signals
+
+_startup_signals.install_for_command_line()
+
+from tff_idp import console as _console  # noqa: E402  pylint: disable=wrong-import-position
+from tff_idp import lazy_exports as _lazy_exports  # noqa: E402  pylint: disable=wrong-import-position
+from tff_idp.execution import tff_teardown  # noqa: F401,E402  (registers the exit hook)
 
 _console.quiet_tensorflow(library=True)
 

@@ -37,6 +37,7 @@ from absl import app
 from absl import flags
 
 from tff_idp import console
+from tff_idp import startup_signals
 from tff_idp import termination
 from tff_idp.errors import OutputDirError
 from tff_idp.errors import TffIdpError
@@ -422,6 +423,27 @@ def _on_sigint(signum, frame):
   raise KeyboardInterrupt()
 
 
+def _unset(signum: int) -> bool:
+  """Whether nobody but Python (or the start-up handler, :mod:`startup_signals`) handles it."""
+  handler = signal.getsignal(signum)
+  default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+  return handler in (default, None) or startup_signals.is_installed(handler)
+
+
+def _exit_quietly_on_more_signals(code: int) -> None:
+  """After the one line is printed, a second signal ends the exit at once, silently.
+
+  Issue 50: a Ctrl-C during the teardown that follows the line (TFF's exit
+  hook, TensorFlow's destructors) raised a second ``KeyboardInterrupt`` and
+  the process died with -2 instead of 130.
+  """
+  try:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+      signal.signal(signum, lambda *_: os._exit(code))  # pylint: disable=protected-access
+  except ValueError:  # not the main thread
+    pass
+
+
 def _verbose() -> bool:
   try:
     return bool(flags.FLAGS[console.VERBOSE_FLAG].value)
@@ -539,10 +561,10 @@ def entry(main: Optional[Callable[[list], Optional[int]]] = None, *,
       except (OSError, ValueError):
         pass  # stderr is not a real file (e.g. captured): no stack dumps
     previous = None
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+    if _unset(signal.SIGTERM):
       previous = signal.signal(signal.SIGTERM, _on_sigterm)
     previous_int = None
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    if _unset(signal.SIGINT):
       previous_int = signal.signal(signal.SIGINT, _on_sigint)
     try:
       try:
@@ -612,18 +634,34 @@ def launch(main: Callable[[list], Optional[int]],
   except EXPECTED_ERRORS as e:
     print(f"error: {str(e) or type(e).__name__}", file=sys.stderr, flush=True)
     sys.exit(2)
-  # The import takes seconds: SIGTERM/SIGINT meanwhile get the same one line as later on.
-  if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+  # The import takes seconds: SIGTERM/SIGINT meanwhile get the same one line as later on,
+  # and both are remembered (a Ctrl-C that TF's gc callback swallows is raised again).
+  if _unset(signal.SIGTERM):
     signal.signal(signal.SIGTERM, _on_sigterm)  # kept: ``entry`` and the runtime chain to it
+  if _unset(signal.SIGINT):
+    signal.signal(signal.SIGINT, _on_sigint)
   if not import_tensorflow:
-    app.run(main, flags_parser=parse_flags)
+    _run_to_exit(main)
     return
   try:
     import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    termination.check()  # a signal whose exception a callback dropped during the import
   except KeyboardInterrupt:
     print(f"\n{INTERRUPTED}", file=sys.stderr, flush=True)
+    _exit_quietly_on_more_signals(130)
     sys.exit(130)
   except _Terminated:
     print(f"\n{TERMINATED}", file=sys.stderr, flush=True)
+    _exit_quietly_on_more_signals(143)
     sys.exit(143)
-  app.run(main, flags_parser=parse_flags)
+  _run_to_exit(main)
+
+
+def _run_to_exit(main: Callable[[list], Optional[int]]) -> None:
+  """``app.run(main)``; after an interrupted run's one line, more signals end the exit silently."""
+  try:
+    app.run(main, flags_parser=parse_flags)
+  except SystemExit as e:
+    if e.code in (130, 143):
+      _exit_quietly_on_more_signals(e.code)
+    raise

@@ -49,6 +49,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import sys
 import time
 from typing import Any, Callable, Optional, Sequence
 
@@ -419,9 +420,12 @@ class RoundDriver:
     self._compute_fingerprint(template)
     state, start = self._restore(template, total_rounds)
     if start == total_rounds and start > 0:
-      logging.info("%s already finished %d rounds; nothing to train.", self.output_dir,
-                   start)
+      print(f"{self.output_dir}: already finished its {start} rounds; nothing to train "
+            "(--restart trains again).", file=sys.stderr, flush=True)
       return state, self._stored_rows(start)
+    if start > 0:  # issue 50: a resumed run says where it picks up
+      print(f"{self.output_dir}: resuming from round {start} of {total_rounds} (its "
+            "checkpoint).", file=sys.stderr, flush=True)
     release_fields, diagnostic_fields = self._fields()
     writer = MetricsWriter(self.output_dir, release_fields, diagnostic_fields,
                            resume_after_round=start, tensorboard=self.tensorboard,
