@@ -13,7 +13,6 @@ import pytest
 
 from tff_idp import cli
 from tff_idp import console
-from tff_idp import startup_signals
 from tff_idp.errors import OutputDirError
 from tff_idp.errors import TffIdpError
 from tff_idp.errors import ToolkitValueError
@@ -326,42 +325,7 @@ def test_library_use_is_quiet_unless_the_user_set_the_level(user_level, loud):
   assert bool(tf_lines) == loud, proc.stderr[-3000:]
 
 
-def _wait_until_it_catches(pid: int, signum: int, limit_s: float = 60.0) -> None:
-  """Waits until process ``pid`` has a handler for ``signum`` (its SigCgt mask in /proc).
-
-  Before Python installs the handler the default action kills the process
-  with no message; that is not the path under test.
-  """
-  deadline = time.monotonic() + limit_s
-  while time.monotonic() < deadline:
-    try:
-      with open(f"/proc/{pid}/status") as f:
-        caught = next(int(l.split()[1], 16) for l in f if l.startswith("SigCgt:"))
-    except (OSError, StopIteration):
-      return
-    if caught >> (signum - 1) & 1:
-      return
-    time.sleep(0.05)
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.8, 3.0])
-def test_sigterm_while_tensorflow_loads_ends_in_one_line(delay, tmp_path):
-  """SIGTERM after the flags passed, while TensorFlow is imported (cli.launch) or soon after."""
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "experiments.idp_fedavg", "--runs=nonprivate", "--seeds=0",
-       "--rounds=50", "--progress=false", f"--output_dir={tmp_path / 'run'}"],
-      cwd=ROOT, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  try:
-    _wait_until_it_catches(proc.pid, signal.SIGTERM)  # a loaded machine starts slowly
-    time.sleep(delay)
-    assert proc.poll() is None
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-  finally:
-    if proc.poll() is None:
-      proc.kill()
-  assert proc.returncode == 143, (proc.returncode, stderr[-3000:])
-  # At 0 s the process may still be importing (issue 50: the start-up handler's line).
-  assert stderr.strip().splitlines()[-1] in (
-      cli.TERMINATED, startup_signals.MESSAGES[signal.SIGTERM]), stderr[-3000:]
-  assert "Traceback" not in stderr, stderr[-3000:]
+# SIGTERM/SIGINT during the imports and while TensorFlow loads: tests/test_signal_harness.py
+# (phases "imports" and "tensorflow", recognised from /proc instead of a delay).

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import io
 import json
 import os
 import re
@@ -101,6 +102,20 @@ def _atomic_write(path: str, write_fn: Callable[[Any], None], mode: str) -> None
     raise
 
 
+def _npz_bytes(leaves: list) -> bytes:
+  """``np.savez``'s file of ``leaves``, built in memory.
+
+  A signal that lands inside ``np.savez`` leaves its zip writer unclosed
+  (numpy closes it only on success). On a real file, the writer's clean-up at
+  exit then fails on the closed file and prints "Exception ignored … seek of
+  closed file" after the run's one line (issue 50). In memory the buffer
+  outlives the writer, and the file gets whole bytes or nothing.
+  """
+  buffer = io.BytesIO()
+  np.savez(buffer, *leaves)
+  return buffer.getvalue()
+
+
 def _fsync_dir(directory: str) -> None:
   try:
     fd = os.open(directory, os.O_RDONLY)
@@ -129,7 +144,7 @@ def save(directory: str, round_num: int, state: Any, meta: dict,
   try:
     os.makedirs(directory, mode=SECRET_DIR_MODE, exist_ok=True)
     os.chmod(directory, SECRET_DIR_MODE)
-    _atomic_write(base + ".npz", lambda f: np.savez(f, *leaves), "wb")
+    _atomic_write(base + ".npz", lambda f: f.write(_npz_bytes(leaves)), "wb")
     meta[SEAL_KEY] = {"npz_sha256": file_sha256(base + ".npz"), "outputs": outputs}
     meta[SEAL_KEY]["json_sha256"] = _meta_digest(meta)
     _atomic_write(base + ".json", lambda f: json.dump(meta, f, indent=1), "w")
