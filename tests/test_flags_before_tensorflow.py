@@ -176,6 +176,11 @@ def test_help_lists_the_flags_and_exits_0_before_tensorflow(module, own_flag):
     outputs[arg] = proc.stdout
   assert outputs["--help"] == outputs["-h"]
   assert "flags of this command" in outputs["--help"]
+  for arg in ("--help", "--helpfull"):  # issue 51: the command's own flags were listed twice
+    # a flag's own line is indented 2 spaces, its wrapped description 4
+    names = re.findall(r"^  --(?:\[no\])?(\w+):", outputs[arg], flags=re.M)
+    assert names and len(names) == len(set(names)), sorted(
+        n for n in set(names) if names.count(n) > 1)
   assert len(outputs["--helpfull"]) > len(outputs["--help"])
   assert "--verbosity" in outputs["--helpfull"]  # absl's own flags only in --helpfull
 

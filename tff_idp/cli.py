@@ -490,17 +490,26 @@ def help_text(flag_values: Optional[flags.FlagValues] = None, full: bool = False
   own_names = {f.name for m in own for f in fv.get_key_flags_for_module(m)}
   shared = sorted(m for m in by_module if m not in own and m.startswith(_PROJECT_PREFIXES)
                   and not {f.name for f in by_module[m]} <= own_names)
+  listed: set = set()  # each flag once (issue 51: the command's own were listed twice)
+
   def section(module: str) -> str:
-    text = fv.module_help(module).strip()
-    name = getattr(spec, "name", None) if module in own else None
-    return text.replace(f"{module}:", f"{name}:", 1) if name else text
+    key_flags = (fv.get_key_flags_for_module(module) if module in own
+                 else by_module.get(module, []))
+    fresh = [f for f in key_flags if f.name not in listed]
+    listed.update(f.name for f in fresh)
+    if not fresh:
+      return ""
+    name = (getattr(spec, "name", None) if module in own else None) or module
+    rendered: list = []
+    fv._render_module_flags(name, fresh, rendered)  # pylint: disable=protected-access
+    return "\n".join(rendered).strip()
 
   groups = [("flags of this command", own), ("shared flags", shared)]
   if full:
     groups.append(("every other flag", sorted(m for m in by_module
                                               if m not in own and m not in shared)))
   for title, modules in groups:
-    parts = [section(m) for m in modules]
+    parts = [part for part in (section(m) for m in modules) if part]
     if parts:
       lines += ["", f"{title}:", ""] + parts
   if not full:
