@@ -42,6 +42,7 @@ from datasets import partition
 from datasets import sources
 from datasets import specs
 from datasets import sql_split
+from tff_idp import progress as progress_lib
 
 MANIFEST = "manifest.json"
 TRAIN_FILE = "train.sqlite"
@@ -161,8 +162,7 @@ def write_manifest(out_dir: str, manifest: dict) -> dict:
 def _progress_bar(total: int, desc: str, enabled: bool):
   if not enabled:
     return None, (lambda n: None)
-  from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
-  bar = tqdm(total=total, desc=desc, unit="ex", smoothing=0.1)
+  bar = progress_lib.progress(total, desc=desc, unit="ex")  # plain lines in a log
   return bar, bar.update
 
 

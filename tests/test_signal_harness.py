@@ -42,8 +42,10 @@ def test_a_run_stopped_at_its_first_checkpoint_resumes_and_says_from_where(phase
   args = IDP_ARGS + [f"--output_dir={out}"]
   outcome = harness.interrupt("experiments.idp_fedavg", args, out, phase, signal.SIGTERM)
   assert outcome.landed and harness.violations(outcome) == [], outcome.stderr[-3000:]
-  again = harness.resume_after("experiments.idp_fedavg", args)
+  # With progress on and stderr not a terminal: plain lines, no carriage return (issue 51).
+  again = harness.resume_after("experiments.idp_fedavg", args + ["--progress=true"])
   assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+  assert "\r" not in again.stderr and "6/6 rounds" in again.stderr, again.stderr[-3000:]
   if phase == "after-checkpoint":  # a whole checkpoint of round 2 (or 4) exists
     assert "resuming from round " in again.stderr and " of 6 " in again.stderr, \
         again.stderr[-3000:]

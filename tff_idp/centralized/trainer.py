@@ -26,6 +26,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_idp import models
+from tff_idp import progress as progress_lib
 from tff_idp.rpdp import dp_sgd
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 
@@ -82,7 +83,7 @@ def train_record_dp_sgd(keras_builder: Callable[[], tf.keras.Model], x: np.ndarr
     clip_norms: each record's threshold C_d ≤ ``clip_norm`` (default: C).
     example_weight_fn: ``(losses, thresholds) -> w ∈ [0, 1]`` after clipping
       (INO-SGD: :func:`tff_idp.ino_sgd.importance.ino_example_weight_fn`).
-    progress: show a tqdm bar over the steps.
+    progress: show progress over the steps (a bar on a terminal, plain lines in a log).
   """
   spec = collections.OrderedDict(
       x=tf.TensorSpec([None] + list(np.shape(x)[1:]), tf.float32),
@@ -103,8 +104,7 @@ def train_record_dp_sgd(keras_builder: Callable[[], tf.keras.Model], x: np.ndarr
   done = 0
   bar = None
   if progress:
-    from tqdm.auto import tqdm  # pylint: disable=g-import-not-at-top
-    bar = tqdm(total=steps, desc=desc, unit="step", leave=False)
+    bar = progress_lib.progress(steps, desc=desc, unit="step", leave=False)
   try:
     for c, length in enumerate(eval_chunks(steps, eval_every)):
       if length not in updates:

@@ -54,7 +54,6 @@ import time
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
-import tqdm
 
 from tff_idp.accounting.ledger import PrivacyLedger
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
@@ -66,6 +65,7 @@ from tff_idp.engine import metrics as metrics_lib
 from tff_idp.engine.metrics import MetricsWriter
 from tff_idp.engine.output_lock import OutputDirLock
 from tff_idp.execution import runtime
+from tff_idp import progress as progress_lib
 from tff_idp import termination
 
 ClientInputFn = Callable[[str, int], Any]
@@ -130,7 +130,7 @@ class RoundDriver:
       the driver adds the process's hyperparameters
       (:func:`~tff_idp.engine.fingerprint.process_identity`). A checkpoint
       made under another fingerprint is refused.
-    progress: show a tqdm progress bar.
+    progress: show progress (a bar on a terminal, plain lines in a log).
     padding_input_fn: ``() -> client input`` with no data. When given, every
       cohort is padded with such inputs up to a multiple of ``pad_multiple``.
       Their updates are exactly zero, which the DP aggregator treats as absent
@@ -431,9 +431,9 @@ class RoundDriver:
                            resume_after_round=start, tensorboard=self.tensorboard,
                            privacy_warning=self._privacy_warning)
     rows: list[dict] = self._stored_rows(start) if start > 0 else []
-    bar = tqdm.tqdm(total=total_rounds, initial=start, disable=not self.progress,
-                    desc=os.path.basename(os.path.normpath(self.output_dir)),
-                    unit="round", dynamic_ncols=True)
+    bar = progress_lib.progress(total_rounds, initial=start, enabled=self.progress,
+                                desc=os.path.basename(os.path.normpath(self.output_dir)),
+                                unit="round")
     try:
       for round_num in range(start + 1, total_rounds + 1):
         termination.check()  # a SIGTERM whose exception was swallowed (e.g. in a gc callback)
@@ -482,11 +482,11 @@ class RoundDriver:
           self._save(state, round_num)
         # No computation is in flight: a grown glibc worker may be restarted here.
         runtime.between_rounds()
-        bar.update(1)
         postfix = {} if self.release_only else {"clients": row["clients_sampled"]}
         if row.get("eval_accuracy") is not None:
           postfix["acc"] = f"{row['eval_accuracy']:.3f}"
-        bar.set_postfix(postfix)
+        bar.set_postfix(postfix)  # before the count: a plain line shows this round's values
+        bar.update(1)
     finally:
       bar.close()
       writer.close()
