@@ -109,6 +109,21 @@ def test_relative_links_resolve(page):
   assert not broken, "broken links:\n" + "\n".join(broken)
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: os.path.relpath(p, ROOT))
+def test_no_link_or_path_leaves_the_repository(page):
+  """Issue 51: docs/ino_sgd.md pointed at ``../../shared/papers/…``, which a clone lacks."""
+  with open(page, encoding="utf-8") as f:
+    text = f.read()
+  escaping = []
+  targets = [t for _, t in links(page) if _relative(t)]
+  targets += re.findall(r"(?:\.\./)+[\w.\-/]*", text)  # paths in prose and code spans
+  for target in targets:
+    dest = os.path.normpath(os.path.join(os.path.dirname(page), target.partition("#")[0]))
+    if os.path.commonpath([dest, ROOT]) != ROOT or not os.path.exists(dest):
+      escaping.append(target)  # outside the clone, or a folder beside it (../shared/...)
+  assert not escaping, f"{os.path.relpath(page, ROOT)} points outside the repository: {escaping}"
+
+
 def test_every_docs_page_is_linked_from_the_readme():
   linked = {os.path.normpath(os.path.join(ROOT, t.partition("#")[0]))
             for _, t in links(README) if _relative(t) and t.partition("#")[0]}
