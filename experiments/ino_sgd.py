@@ -433,7 +433,9 @@ def main(argv):
   out_dir = cli.prepare_output_dir(_OUTPUT_DIR.value)
   names = cfg["owner_names"]
   data_text, batch_text = _describe(data, owners, cfg, batch_given)
-  print(f"{preset.name}: {data_text}; "
+  # --dataset is the user's own data, not the preset's (issue 51: it was called Synthetic IID).
+  opening = f"INO-SGD on --dataset={_DATASET.value}" if _DATASET.value else preset.name
+  print(f"{opening}: {data_text}; "
         f"{cfg['mechanism'].upper()}, T={cfg['steps']}, {batch_text}, "
         f"C={cfg['clip_norm']:g}, η={cfg['learning_rate']:g}, δ={cfg['delta']:g}; INO "
         f"γ={cfg['ino_gamma_ratio']:g}·E[Σ q C], Beta({cfg['ino_alpha']:g}, "
