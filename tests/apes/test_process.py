@@ -322,3 +322,17 @@ def test_two_runs_with_the_same_client_seeds_share_no_noise(execution):
   assert np.linalg.norm(first) > 0
   r = np.corrcoef(first, second)[0, 1]
   assert abs(r) < 0.05, f"two runs' noise correlates: r = {r:.4f}"
+
+
+@pytest.mark.parametrize("stock,match", [
+    (dict(client_execution="vectorized"), "belongs to build_apes_driver_process"),
+    (dict(model_aggregator=tff.aggregators.MeanFactory()), "would replace the de-biased mean"),
+    (dict(client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES),
+     "weights every sampled client equally"),
+    (dict(metrics_aggregator=tff.learning.metrics.sum_then_finalize), "reports its own"),
+])
+def test_stock_tff_keywords_are_refused_with_the_reason(stock, match):
+  """Issue 51: the stock keywords a TFF user reaches for, refused in one line naming why."""
+  with pytest.raises(ToolkitValueError, match=match):
+    build_apes_process(MODEL_FN, mechanism="clip_laplace", clip=C, epsilons=EPS,
+                       client_learning_rate=0.1, **stock)

@@ -63,3 +63,43 @@ def test_nonprivate_process_runs_and_has_no_dp_measurements():
 def test_scale_without_noise_is_rejected():
   with pytest.raises(ValueError, match="SCALE is DP"):
     _build(None, scale=True)
+
+
+# Issue 51: the stock TFF keywords a TFF user reaches for.
+def _build_with(noise, scale=False, **stock):
+  return process_lib.build_idp_fedavg_process(
+      MODEL_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0),
+      noise_multiplier=noise, expected_clients_per_round=10,
+      per_client_clip_scale=scale, aggregator_kwargs=dict(noise_seed=0), **stock)
+
+
+@pytest.mark.parametrize("stock,match", [
+    (dict(client_execution="tff"), r"client_execution='tff' belongs to "
+     r"build_idp_fedavg_driver_process\(\)"),
+    (dict(parallel_clients=2), "parallel_clients=2 belongs to build_idp_fedavg_driver_process"),
+    (dict(model_aggregator=object()), "would replace the adaptive-clip DP mean"),
+    (dict(client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES),
+     "weights every sampled client equally"),
+])
+def test_a_dp_process_refuses_what_would_bypass_its_dp_mean_naming_the_fix(stock, match):
+  with pytest.raises(ValueError, match=match):
+    _build_with(0.5, **stock)
+
+
+def test_stock_keywords_work_where_they_apply():
+  """metrics_aggregator reaches every run's client work; the non-private run takes a model
+  aggregator and a weighting as build_weighted_fed_avg does; UNIFORM is DP's own."""
+  seen = []
+
+  def counting_sum_then_finalize(*args, **kwargs):
+    seen.append(1)
+    return tff.learning.metrics.sum_then_finalize(*args, **kwargs)
+
+  dp = _build_with(0.5, scale=True, metrics_aggregator=counting_sum_then_finalize,
+                   client_weighting=tff.learning.ClientWeighting.UNIFORM)
+  assert seen and isinstance(dp, tff.learning.templates.LearningProcess)
+  plain = _build_with(None, model_aggregator=tff.aggregators.MeanFactory(),
+                      client_weighting=tff.learning.ClientWeighting.UNIFORM)
+  out = plain.next(plain.initialize(), [_dataset(0), _dataset(1)])
+  assert out.metrics["client_work"]["train"]["num_examples"] == 24

@@ -254,3 +254,20 @@ def test_two_runs_on_the_same_datasets_share_no_noise(execution):
   assert np.linalg.norm(first) > 0 and np.linalg.norm(second) > 0
   r = np.corrcoef(first, second)[0, 1]
   assert abs(r) < 0.05, f"two runs' noise correlates: r = {r:.4f}"
+
+
+@pytest.mark.parametrize("stock,match", [
+    (dict(client_execution="in_process"), "belongs to build_rpdp_fedavg_driver_process"),
+    (dict(model_aggregator=tff.aggregators.MeanFactory()), "would replace the 0/1-weighted"),
+    (dict(client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES),
+     "weights every sampled client equally"),
+    (dict(metrics_aggregator=tff.learning.metrics.sum_then_finalize), "reports its own sums"),
+])
+def test_stock_tff_keywords_are_refused_with_the_reason(stock, match):
+  """Issue 51: code written for build_weighted_fed_avg (or the earlier builder) got Python's
+  bare "unexpected keyword argument"."""
+  with pytest.raises(ValueError, match=match):
+    process.build_rpdp_fedavg_process(
+        MODEL_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
+        server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=2,
+        noise_multiplier=1.0, clip_norm=1.0, **stock)

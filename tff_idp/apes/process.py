@@ -39,7 +39,7 @@ model on held-out data instead).
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -53,6 +53,7 @@ from tff_idp.apes.client_work import (SPARSE_SELECTION, ModelFn, build_ldp_clien
 from tff_idp.apes.debias import DEFAULT_GRID_POINTS
 from tff_idp.apes import vectorized
 from tff_idp.engine import in_process_round
+from tff_idp.engine import stock_keywords
 
 
 def _sparse_debias_for(mechanism: str, sparse_debias: Optional[str]) -> str:
@@ -76,6 +77,10 @@ def build_apes_process(
     proximal_strength: float = 0.01, local_epochs: int = 1,
     num_reports: Optional[int] = None, sparse_debias: Optional[str] = None,
     grid_points: int = DEFAULT_GRID_POINTS,
+    metrics_aggregator: Optional[Any] = None,
+    model_aggregator: Optional[Any] = None,
+    client_weighting: Optional[Any] = None,
+    client_execution: Optional[str] = None,
 ) -> tff.learning.templates.LearningProcess:
   """APES (Alg. 1), S-APES (Alg. 2) or a baseline as a ``tff.learning.templates.LearningProcess``.
 
@@ -101,7 +106,20 @@ def build_apes_process(
     grid_points: size of the de-bias grid.
 
   Client data: :func:`tff_idp.apes.client_work.make_client_input`.
+  Stock TFF keywords (issue 51): ``client_weighting`` may only be ``UNIFORM``;
+  ``model_aggregator``, ``metrics_aggregator`` and ``client_execution`` (which
+  belongs to :func:`build_apes_driver_process`) are refused with the reason.
   """
+  builder = "build_apes_process"
+  stock_keywords.refuse_driver_keywords(builder, "build_apes_driver_process",
+                                        client_execution=client_execution)
+  stock_keywords.refuse_model_aggregator(
+      builder, model_aggregator, "the de-biased mean of the clients' locally randomized "
+      "updates, whose de-bias needs every report's ε")
+  stock_keywords.check_client_weighting(builder, client_weighting)
+  stock_keywords.refuse_metrics_aggregator(
+      builder, metrics_aggregator, "APES's client work reports its own training metrics, "
+      "which its vectorized rounds reproduce exactly")
   return _build_parts(
       model_fn, mechanism=mechanism, client_learning_rate=client_learning_rate, clip=clip,
       epsilons=epsilons, keep=keep, server_learning_rate=server_learning_rate,

@@ -17,7 +17,7 @@ and the sampling rates the driver uses:
 from __future__ import annotations
 
 import collections
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +26,7 @@ import tensorflow_federated as tff
 from tff_idp.engine.tff_composition import CLIENT_LOOP
 from tff_idp.engine.tff_composition import map_client_results
 from tff_idp.engine import in_process_round
+from tff_idp.engine import stock_keywords
 from tff_idp.idp_fedavg.aggregators import AdaptiveClipDPMeanFactory
 from tff_idp.idp_fedavg import in_process
 from tff_idp.idp_fedavg import vectorized
@@ -33,7 +34,8 @@ from tff_idp.idp_fedavg import vectorized
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
 def build_scaled_client_work(model_fn: ModelFn,
-                             client_optimizer: tff.learning.optimizers.Optimizer
+                             client_optimizer: tff.learning.optimizers.Optimizer,
+                             metrics_aggregator: Optional[Any] = None,
                              ) -> tff.learning.templates.ClientWorkProcess:
   """Model-delta client work whose update weight is the client's clip scale.
 
@@ -43,7 +45,7 @@ def build_scaled_client_work(model_fn: ModelFn,
   """
   inner = tff.learning.templates.build_model_delta_client_work(
       model_fn, client_optimizer, tff.learning.ClientWeighting.UNIFORM,
-      loop_implementation=CLIENT_LOOP)
+      metrics_aggregator=metrics_aggregator, loop_implementation=CLIENT_LOOP)
   result_type = inner.next.type_signature.result.result.member
 
   @tff.tensorflow.computation(result_type, tff.SequenceType(np.float32))
@@ -75,6 +77,11 @@ def build_idp_fedavg_process(
     aggregator_kwargs: Optional[dict] = None,
     canary_client_work: Optional[Callable[[tff.learning.templates.ClientWorkProcess],
                                           tff.learning.templates.ClientWorkProcess]] = None,
+    metrics_aggregator: Optional[Any] = None,
+    model_aggregator: Optional[Any] = None,
+    client_weighting: Optional[Any] = None,
+    client_execution: Optional[str] = None,
+    parallel_clients: Optional[int] = None,
 ) -> tff.learning.templates.LearningProcess:
   """IDP-FedAvg (Alg. 2) as a native ``tff.learning.templates.LearningProcess``, whatever the model.
 
@@ -97,13 +104,29 @@ def build_idp_fedavg_process(
       noise_seed).
     canary_client_work: the client-level audit's hook (see
       :func:`build_idp_fedavg_driver_process`).
+    metrics_aggregator: as in ``tff.learning.algorithms.build_weighted_fed_avg``
+      (the clients' training metrics; they are not noised, see docs/api.md).
+    model_aggregator / client_weighting: stock keywords for the non-private run
+      (``noise_multiplier=None``) only. A DP run refuses a model aggregator (it
+      would replace the DP mean) and any weighting but ``UNIFORM``.
+    client_execution / parallel_clients: refused here, with the builder they
+      belong to (:func:`build_idp_fedavg_driver_process`).
   """
+  builder = "build_idp_fedavg_process"
+  stock_keywords.refuse_driver_keywords(builder, "build_idp_fedavg_driver_process",
+                                        client_execution=client_execution,
+                                        parallel_clients=parallel_clients)
+  if noise_multiplier is not None:
+    stock_keywords.refuse_model_aggregator(
+        builder, model_aggregator, "the adaptive-clip DP mean (AdaptiveClipDPMeanFactory)")
+    stock_keywords.check_client_weighting(builder, client_weighting)
   return _build_tff_process(
       model_fn, client_optimizer=client_optimizer, server_optimizer=server_optimizer,
       noise_multiplier=noise_multiplier,
       expected_clients_per_round=expected_clients_per_round,
       per_client_clip_scale=per_client_clip_scale, aggregator_kwargs=aggregator_kwargs,
-      canary_client_work=canary_client_work)
+      canary_client_work=canary_client_work, metrics_aggregator=metrics_aggregator,
+      model_aggregator=model_aggregator, client_weighting=client_weighting)
 
 
 def build_idp_fedavg_driver_process(
@@ -223,8 +246,14 @@ def _model_aggregator(noise_multiplier: Optional[float], expected_clients_per_ro
 def _build_tff_process(
     model_fn: ModelFn, *, client_optimizer, server_optimizer, noise_multiplier,
     expected_clients_per_round, per_client_clip_scale, aggregator_kwargs,
-    canary_client_work) -> tff.learning.templates.LearningProcess:
-  """``build_idp_fedavg_process`` with the clients as TFF client computations."""
+    canary_client_work, metrics_aggregator=None, model_aggregator=None,
+    client_weighting=None) -> tff.learning.templates.LearningProcess:
+  """``build_idp_fedavg_process`` with the clients as TFF client computations.
+
+  ``model_aggregator`` and ``client_weighting`` reach the non-private FedAvg
+  only (a DP run refuses them first); ``metrics_aggregator`` reaches the
+  client work of every run.
+  """
   audit_canaries = canary_client_work is not None
   if noise_multiplier is None:
     if per_client_clip_scale:
@@ -234,22 +263,24 @@ def _build_tff_process(
                        "non-private run has no DP aggregator to audit.")
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer, server_optimizer,
-        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
-        model_aggregator=_model_aggregator(None, expected_clients_per_round, None),
-        loop_implementation=CLIENT_LOOP)
+        client_weighting=client_weighting or tff.learning.ClientWeighting.NUM_EXAMPLES,
+        model_aggregator=(model_aggregator
+                          or _model_aggregator(None, expected_clients_per_round, None)),
+        metrics_aggregator=metrics_aggregator, loop_implementation=CLIENT_LOOP)
   aggregator = _model_aggregator(noise_multiplier, expected_clients_per_round,
                                  aggregator_kwargs, accept_canaries=audit_canaries)
   if not per_client_clip_scale and not audit_canaries:
     return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn, client_optimizer, server_optimizer,
         client_weighting=tff.learning.ClientWeighting.UNIFORM,
-        model_aggregator=aggregator, loop_implementation=CLIENT_LOOP)
+        model_aggregator=aggregator, metrics_aggregator=metrics_aggregator,
+        loop_implementation=CLIENT_LOOP)
   if per_client_clip_scale:
-    client_work = build_scaled_client_work(model_fn, client_optimizer)
+    client_work = build_scaled_client_work(model_fn, client_optimizer, metrics_aggregator)
   else:
     client_work = tff.learning.templates.build_model_delta_client_work(
         model_fn, client_optimizer, tff.learning.ClientWeighting.UNIFORM,
-        loop_implementation=CLIENT_LOOP)
+        metrics_aggregator=metrics_aggregator, loop_implementation=CLIENT_LOOP)
   if audit_canaries:
     client_work = canary_client_work(client_work)
   with tf.Graph().as_default():

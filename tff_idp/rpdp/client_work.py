@@ -29,7 +29,7 @@ dataset objects, still gets fresh record sampling and noise.
 from __future__ import annotations
 
 import collections
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -37,6 +37,7 @@ import tensorflow_federated as tff
 
 from tff_idp.engine import client_execution as client_execution_lib
 from tff_idp.engine import in_process_round
+from tff_idp.engine import stock_keywords
 from tff_idp.engine import tff_composition
 from tff_idp.rpdp import dp_sgd
 from tff_idp.rpdp import in_process
@@ -142,6 +143,11 @@ def build_rpdp_fedavg_process(
     loss_fn: dp_sgd.LossFn = dp_sgd.sparse_categorical_crossentropy,
     example_weight_fn: Optional[dp_sgd.ExampleWeightFn] = None,
     record_replacement: Optional[dp_sgd.RecordReplacement] = None,
+    metrics_aggregator: Optional[Any] = None,
+    model_aggregator: Optional[Any] = None,
+    client_weighting: Optional[Any] = None,
+    client_execution: Optional[str] = None,
+    parallel_clients: Optional[int] = None,
 ) -> tff.learning.templates.LearningProcess:
   """rPDP-FL (Alg. 3) as a native ``LearningProcess``, whatever the model size.
 
@@ -150,7 +156,23 @@ def build_rpdp_fedavg_process(
   optimizer. Composes with stock TFF. For the faster in-process rounds when
   you drive ``next`` from Python, use :func:`build_rpdp_fedavg_driver_process`
   (issue 31 item 7); arguments are documented there.
+
+  Stock TFF keywords (issue 51): ``client_weighting`` may only be ``UNIFORM``;
+  ``model_aggregator`` and ``metrics_aggregator`` are refused, and so are
+  ``client_execution`` / ``parallel_clients``, which belong to the driver builder.
   """
+  builder = "build_rpdp_fedavg_process"
+  stock_keywords.refuse_driver_keywords(builder, "build_rpdp_fedavg_driver_process",
+                                        client_execution=client_execution,
+                                        parallel_clients=parallel_clients)
+  stock_keywords.refuse_model_aggregator(
+      builder, model_aggregator, "the 0/1-weighted mean of the sampled clients' DP-SGD "
+      "updates (Alg. 3)")
+  stock_keywords.check_client_weighting(builder, client_weighting)
+  stock_keywords.refuse_metrics_aggregator(
+      builder, metrics_aggregator, "the record-level client work reports its own sums "
+      "(loss, sampled and clipped records), which the in-process and vectorized rounds "
+      "reproduce exactly")
   return build_rpdp_fedavg_driver_process(
       model_fn, client_optimizer=client_optimizer, server_optimizer=server_optimizer,
       local_steps=local_steps, noise_multiplier=noise_multiplier, clip_norm=clip_norm,
