@@ -181,3 +181,22 @@ def test_the_tff_computation_gives_the_same_updates_inside_a_client_computation(
   assert not np.allclose(next_round[0][0], delta[0][0])
   with pytest.raises(ValueError, match="at least one client"):
     update.cohort_arguments(0, weights, [])
+
+
+def test_the_update_itself_refuses_weights_serves_the_default_loss_and_traces_once():
+  """One trace serves every cohort (its clients and record counts are dynamic); the class
+  refuses per-example weights on its own, not only through the builder."""
+  weight_fn = lambda losses, thresholds: tf.ones_like(losses)  # noqa: E731
+  assert vectorized.vectorizable(MLP_FN)  # the default loss is the softmax head's
+  assert not vectorized.vectorizable(BINARY_FN)
+  with pytest.raises(ValueError, match="no per-example weights"):
+    vectorized.VectorizedRecordDpUpdate(
+        MLP_FN, tff.learning.optimizers.build_sgdm(0.2), local_steps=1, noise_multiplier=1.0,
+        clip_norm=1.0, loss_fn=models.per_example_loss("softmax"), example_weight_fn=weight_fn)
+  update = vectorized.VectorizedRecordDpUpdate(
+      MLP_FN, tff.learning.optimizers.build_sgdm(0.2), local_steps=1, noise_multiplier=1.0,
+      clip_norm=1.0)
+  weights = tff.learning.models.ModelWeights.from_model(MLP_FN())
+  update(np.int64(0), weights, [_client(i, 0) for i in range(2)])
+  update(np.int64(1), weights, [_client(i, 1, n=20 + 3 * i) for i in range(4)])
+  assert update._train.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
