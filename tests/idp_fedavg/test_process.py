@@ -103,3 +103,19 @@ def test_stock_keywords_work_where_they_apply():
                       client_weighting=tff.learning.ClientWeighting.UNIFORM)
   out = plain.next(plain.initialize(), [_dataset(0), _dataset(1)])
   assert out.metrics["client_work"]["train"]["num_examples"] == 24
+
+
+@pytest.mark.parametrize("data,scale,match", [
+    ("dataset", 1.5, r"clip_scale=1.5 must be in \(0, 1\]"),
+    ("dataset", 0.0, "must be in"),
+    ("dataset", float("nan"), "must be in"),
+    ("array", 0.5, "takes the client's tf.data.Dataset, got ndarray"),
+    ("scaled", 0.5, "already"),
+])
+def test_scaled_client_data_refuses_a_bad_input_when_it_is_built(data, scale, match):
+  """Issue 51: a scale of 1.5 was accepted here and refused at the round, in terms of
+  example counts."""
+  given = {"dataset": _dataset(0), "array": np.zeros(3),
+           "scaled": process_lib.scaled_client_data(_dataset(0), 0.5)}[data]
+  with pytest.raises(ValueError, match=match):
+    process_lib.scaled_client_data(given, scale)

@@ -17,6 +17,7 @@ and the sampling rates the driver uses:
 from __future__ import annotations
 
 import collections
+import collections.abc
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -27,6 +28,7 @@ from tff_idp.engine.tff_composition import CLIENT_LOOP
 from tff_idp.engine.tff_composition import map_client_results
 from tff_idp.engine import in_process_round
 from tff_idp.engine import stock_keywords
+from tff_idp.errors import ToolkitValueError
 from tff_idp.idp_fedavg.aggregators import AdaptiveClipDPMeanFactory
 from tff_idp.idp_fedavg import in_process
 from tff_idp.idp_fedavg import vectorized
@@ -61,7 +63,21 @@ def build_scaled_client_work(model_fn: ModelFn,
 
 def scaled_client_data(dataset: tf.data.Dataset, clip_scale: float
                        ) -> collections.OrderedDict:
-  """Client input for the SCALE process: the data and the client's clip scale."""
+  """Client input for the SCALE process: the data and the client's clip scale s_i ∈ (0, 1].
+
+  A scale outside (0, 1] (SCALE's s_i = C_i / C never exceeds 1) is refused
+  here, in one line, rather than at the round (issue 51).
+  """
+  if isinstance(dataset, collections.abc.Mapping) and "clip_scale" in dataset:
+    raise ToolkitValueError("scaled_client_data got a SCALE client input already (data and "
+                            "clip_scale); pass the client's tf.data.Dataset itself.")
+  if not isinstance(dataset, tf.data.Dataset):
+    raise ToolkitValueError(f"scaled_client_data takes the client's tf.data.Dataset, got "
+                            f"{type(dataset).__name__}.")
+  scale = float(clip_scale)
+  if not 0.0 < scale <= 1.0:
+    raise ToolkitValueError(f"clip_scale={clip_scale!r} must be in (0, 1]: SCALE's s_i is the "
+                            "client's clip bound over the largest one (get_group_clip_scales).")
   return collections.OrderedDict(
       data=dataset,
       clip_scale=tf.data.Dataset.from_tensors(tf.constant(clip_scale, tf.float32)))
