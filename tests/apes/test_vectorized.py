@@ -156,6 +156,11 @@ def test_refusals():
     LdpClientArrays(user.examples, 8, 0.0, [1, 2])
   with pytest.raises(ToolkitValueError, match="two integers"):
     LdpClientArrays(user.examples, 8, 1.0, [1, 2, 3])
+  for bad_batch in (0, True, 2.5, -1):
+    with pytest.raises(ToolkitValueError, match="must be an integer >= 1"):
+      LdpClientArrays(user.examples, bad_batch, 1.0, [1, 2])
+  one = LdpClientArrays(user.examples, 1, 1.0, np.array([1, 2], np.int32))  # batch of one: fine
+  assert one.seed.dtype == np.int64 and one.seed.tolist() == [1, 2]  # stored as int64[2]
   with pytest.raises(ToolkitValueError, match="in-process"):
     build_apes_driver_process(MODEL_FN, client_execution="in_process",
                               **_settings("clip_laplace"))

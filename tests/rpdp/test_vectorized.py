@@ -80,8 +80,11 @@ def test_every_clients_update_and_statistics_and_chunks():
       clip_norm=1.0, loss_fn=models.per_example_loss("softmax"), max_chunk_clients=2)
   per_client = _build("in_process", parallel_clients=1).client_updates[0]
   weights = tff.learning.models.ModelWeights.from_model(MLP_FN())
-  cohort = [_client(i, 2) for i in range(3)] + [_client(3, 2, n=0), _client(4, 2, q=0.0)]
+  # A client whose expected batch Σq is under one record (0.6) still trains.
+  cohort = [_client(i, 2) for i in range(3)] + [_client(3, 2, n=0), _client(4, 2, q=0.0),
+                                                _client(5, 2, n=2, q=0.3)]
   whole, parts = update(np.int64(2), weights, cohort), chunked(np.int64(2), weights, cohort)
+  assert np.any(whole[5][0][0] != 0.0)
   for i, dataset in enumerate(cohort):
     want = per_client(np.int64(2), weights, dataset)
     _assert_close(list(want[0]), whole[i][0])
