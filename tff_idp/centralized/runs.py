@@ -240,7 +240,7 @@ def format_compare(rows: Sequence[dict], num_seeds: int) -> str:
       sps += f" ({r['tf_seconds_per_step'] * 1e3:.2f} ms)"
     cells.append([
         METHOD_NAMES[r["method"]], r["batch"],
-        report.percent_pm(r["mean_accuracy"], r["std_accuracy"]), sps,
+        report.percent_pm(r["mean_accuracy"], r["std_accuracy"], num_seeds), sps,
         report.or_dash(r["calibration_seconds"], lambda v: f"{v:.3f}"),
         f"{r['noise_multiplier']:.3g}", r["steps"], f"{100 * r['mean_unused_budget']:.2f}%",
         f"{r['max_spent_over_budget']:.4f}", r["records_never_trained"]])
@@ -274,7 +274,7 @@ def format_table3(rows: Sequence[dict], trials: int) -> str:
        "SCF rates lowered by exact check", "max |q_SCF − q_BS|"],
       [[r["scenario"], METHOD_NAMES[r["method"]], r["distinct_budgets"],
         f"{r['expected_batch']:.1f}", r["excluded_q0"],
-        report.percent_pm(r["mean_accuracy"], r["std_accuracy"]),
+        report.percent_pm(r["mean_accuracy"], r["std_accuracy"], trials),
         f"{r['mean_calibration_seconds']:.3f}",
         r["lowered_by_exact_check"] if r["method"] == "scf" else report.DASH,
         report.or_dash(r["max_abs_q_difference_scf_vs_binary_search"],

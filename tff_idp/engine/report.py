@@ -36,8 +36,14 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
   return "\n".join(lines)
 
 
-def percent_pm(mean: float, sd: float) -> str:
-  """``mean ± sd`` of a fraction in percentage points, two decimals ("81.25 ± 0.40")."""
+def percent_pm(mean: float, sd: float, count: Optional[int] = None) -> str:
+  """``mean ± sd`` of a fraction in percentage points, two decimals ("81.25 ± 0.40").
+
+  ``count``: how many values the mean is over; under two there is no spread,
+  and the sd prints as a dash ("81.25 ± —"), not as "± 0.00" (issue 51).
+  """
+  if count is not None and count < 2:
+    return f"{100 * mean:.2f} ± {DASH}"
   return f"{100 * mean:.2f} ± {100 * sd:.2f}"
 
 

@@ -509,7 +509,7 @@ def format_table(config: TrainingConfig, results: list[dict],
     cells.append([r["run"], report.or_dash(r["noise_multiplier"], lambda v: f"{v:.4f}"),
                   report.or_dash(r.get("value_noise_multiplier"), lambda v: f"{v:.4f}"),
                   qs, f"{r['expected_clients_per_round']:.2f}",
-                  report.percent_pm(r["mean_accuracy"], r["std_accuracy"]), pair_text,
+                  report.percent_pm(r["mean_accuracy"], r["std_accuracy"], n), pair_text,
                   separated])
   lines = [training_line(config), "", report.markdown_table(
       [f"distribution (ε {budgets})", "σ", "z_Δ", "q per group", "E[clients/round]",

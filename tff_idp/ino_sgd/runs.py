@@ -204,13 +204,18 @@ def group_heads(names: Sequence[str], epsilons=None) -> list[str]:
   return labels
 
 
+def _percent_pm(stats: dict) -> str:
+  """``mean ± sd`` in points; a dash for the sd over fewer than two seeds."""
+  return report.percent_pm(stats["mean"], stats["std"], len(stats.get("values", [0, 0])))
+
+
 def format_table(rows: Sequence[dict], names: Sequence[str], epsilons=None) -> str:
   """The per-group table: overall, each group's accuracy, worst group, imbalance.
 
   Groups are named by their classes ("classes 0-4", "class 3"; :func:`group_heads`).
   """
   heads = group_heads(names, epsilons)
-  pm = lambda s: report.percent_pm(s["mean"], s["std"])  # noqa: E731
+  pm = _percent_pm
   return report.markdown_table(
       ["method", "overall acc (%)", *(f"acc {h} (%)" for h in heads), "worst group (%)",
        "imbalance (std of recalls, %)"],
@@ -255,7 +260,7 @@ def format_paired(rows: Sequence[dict], names: Sequence[str], epsilons=None) -> 
   if pairs is None:
     return None
   heads = dict(zip(names, group_heads(names, epsilons)))
-  pm = lambda s: report.percent_pm(s["mean"], s["std"])  # noqa: E731
+  pm = _percent_pm
   cells = [[heads.get(g, g), pm(b), pm(a), report.or_dash(cmp, lambda c: c.format()),
             report.DASH if cmp is None or cmp.n < 2 else ("yes" if cmp.separated else "no")]
            for g, a, b, cmp in pairs]

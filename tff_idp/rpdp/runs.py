@@ -175,7 +175,7 @@ def format_table(results: list[dict], num_seeds: int) -> str:
                "imbalance (sd of group recalls)"]
   cells = []
   for r in results:
-    row = [r["method"], report.percent_pm(r["mean_accuracy"], r["std_accuracy"])]
+    row = [r["method"], report.percent_pm(r["mean_accuracy"], r["std_accuracy"], num_seeds)]
     if not release:
       row += _not_private_cells(r)
     if by_group:
