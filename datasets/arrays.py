@@ -56,6 +56,7 @@ from datasets import loader
 from datasets import partition as partition_lib
 from datasets import specs
 from datasets import sql_split
+from tff_idp import client_arrays as array_backed
 from tff_idp.errors import ToolkitValueError
 
 PARTITIONS = ("iid", "dirichlet", "natural")
@@ -229,17 +230,24 @@ class ArraySplit(loader.SplitViews):
 
   def client_arrays(self, client_id: str) -> tuple[np.ndarray, np.ndarray]:
     """One client's (x float32 [m, *element_shape], y int32 [m])."""
-    try:
-      i = self._ids.index(client_id)
-    except ValueError:
+    if getattr(self, "_index_of", None) is None:  # one dict: a round reads ~1,000 clients
+      self._index_of = {cid: i for i, cid in enumerate(self._ids)}
+    i = self._index_of.get(client_id)
+    if i is None:
       raise ToolkitValueError(f"unknown client id {client_id!r}; see .client_ids "
-                              f"(e.g. {self._ids[:3]}).") from None
+                              f"(e.g. {self._ids[:3]}).")
     lo, hi = self._offsets[i], self._offsets[i + 1]
     return self._x[lo:hi].astype(np.float32), self._y[lo:hi].copy()
 
   def train_client_data(self):
-    """ClientData of OrderedDict(x=float32 [*element_shape], y=int32), built lazily."""
-    return _client_data(self._x, self._y, self._offsets, self._ids)
+    """ClientData of OrderedDict(x=float32 [*element_shape], y=int32), built lazily.
+
+    Marked as array-backed (:mod:`tff_idp.client_arrays`): the
+    vectorized rounds index these arrays instead of a pipeline per client.
+    """
+    return array_backed.attach(
+        _client_data(self._x, self._y, self._offsets, self._ids),
+        lambda cid: collections.OrderedDict(zip(("x", "y"), self.client_arrays(cid))))
 
   def train_arrays(self) -> "collections.OrderedDict[str, tuple[np.ndarray, np.ndarray]]":
     """Every client's ``client_arrays``, in ``client_ids`` order (``SplitViews.train_arrays``)."""

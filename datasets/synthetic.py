@@ -66,6 +66,8 @@ from typing import Any
 
 import numpy as np
 
+from tff_idp import client_arrays as array_backed
+
 # LEAF / FedProx client-size law: n_k = 50 + floor(LogNormal(4, 2)).
 _SIZE_OFFSET = 50
 _SIZE_LOGNORMAL_MEAN = 4.0
@@ -279,8 +281,16 @@ def _make_client_data(x: np.ndarray, y: np.ndarray, client: np.ndarray,
     hi = tf.gather(offsets_t, i + 1)
     return from_slices(tf.constant(x)[lo:hi], tf.constant(y)[lo:hi])
 
-  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(
-      ids, dataset_fn)
+  def client_arrays(cid):  # what dataset_fn(cid) yields, without a pipeline (issue 49)
+    i = index_of.get(cid)
+    if i is None:
+      raise ValueError(f'Unknown client id {cid!r}.')
+    lo, hi = offsets[i], offsets[i + 1]
+    return collections.OrderedDict(x=x[lo:hi], y=y[lo:hi])
+
+  return array_backed.attach(
+      tff.simulation.datasets.ClientData.from_clients_and_tf_fn(ids, dataset_fn),
+      client_arrays)
 
 
 def load_synthetic(config: SyntheticConfig = SyntheticConfig()):

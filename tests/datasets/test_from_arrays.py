@@ -200,3 +200,30 @@ def test_import_datasets_stays_light():
                         timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.strip() == "[]"
+
+
+
+@pytest.mark.parametrize("kind", ["in_memory", "saved"])
+def test_the_vectorized_rounds_read_the_same_examples_as_each_clients_dataset(kind, tmp_path):
+  """Issue 49: a split's ClientData is marked array-backed; the arrays it hands the vectorized
+  rounds are exactly what each client's dataset yields (keys, dtypes, values, order)."""
+  from tff_idp import client_arrays  # pylint: disable=g-import-not-at-top
+  from tff_idp.engine import cohort_arrays  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(60, 3)).astype(np.float64)
+  y = rng.integers(0, 3, 60)
+  split = datasets.from_arrays(x, y, partition="dirichlet", num_clients=7, seed=1)
+  if kind == "saved":
+    split = split.save(str(tmp_path / "split"))
+  train = split.train_client_data()
+  assert client_arrays.of(train) is not None
+  direct = cohort_arrays.ExampleCache(train)
+  for cid in train.client_ids:
+    want = cohort_arrays.examples_of_dataset(train.create_tf_dataset_for_client(cid))
+    got = direct(cid)
+    assert list(got) == list(want)
+    for key in want:
+      assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape
+      np.testing.assert_array_equal(got[key], want[key])
+  preprocessed = train.preprocess(lambda ds: ds.take(1))
+  assert client_arrays.of(preprocessed) is None

@@ -29,6 +29,8 @@ import tensorflow as tf
 # The global seed a tf.function's shuffle seeds combine with (no public getter in TF 2.14).
 from tensorflow.python.eager import context
 
+from tff_idp import client_arrays
+
 
 @dataclasses.dataclass(frozen=True)
 class ClientArrays:
@@ -157,18 +159,25 @@ class ExampleCache:
   ``client_data.create_tf_dataset_for_client(client_id)`` (its unshuffled
   examples, in the order the client's own pipeline shuffles). Reading a
   client costs one pipeline iteration (milliseconds); later rounds reuse it.
+  A ``ClientData`` marked by :func:`tff_idp.client_arrays.attach` (splits from
+  ``datasets.from_arrays``, saved splits, the embedded federations) is read
+  from its arrays directly, with no pipeline (microseconds a client).
   The cache holds at most the federation's training data, once, which is
   what a run over tabular data (the vectorized execution's models) can hold.
   """
 
   def __init__(self, client_data: Any):
     self._client_data = client_data
+    self._direct = client_arrays.of(client_data)
     self._examples: dict[str, collections.OrderedDict] = {}
 
   def __call__(self, client_id: str) -> collections.OrderedDict:
     found = self._examples.get(client_id)
     if found is None:
-      found = examples_of_dataset(self._client_data.create_tf_dataset_for_client(client_id))
+      if self._direct is not None:
+        found = collections.OrderedDict(self._direct(client_id))
+      else:
+        found = examples_of_dataset(self._client_data.create_tf_dataset_for_client(client_id))
       self._examples[client_id] = found
     return found
 
