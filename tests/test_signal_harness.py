@@ -2,7 +2,7 @@
 
 The phases are recognised from outside the process (tests/signal_harness.py), so
 each case hits the same moment on every machine; nothing here measures time.
-``make test`` runs three phases and a resume from a whole checkpoint; ``make bench`` every phase with
+``make test`` runs two phases and a resume from a whole checkpoint; ``make bench`` every phase with
 both signals, for IDP-FedAvg (TFF client work) and rPDP-FL, each run resumed.
 """
 import signal
@@ -18,9 +18,11 @@ RPDP_ARGS = ["--methods=ours", "--seeds=0", "--rounds=4", "--checkpoint_every=2"
              "--progress=false"]
 
 
+# "first-round" and "end" run in make bench; in make test the phases before them and the
+# after-checkpoint resume below cover the same handlers (the run's own, chained to the CLI's).
 @pytest.mark.parametrize("phase,signum", [
     ("imports", signal.SIGINT), ("tensorflow", signal.SIGTERM),
-    ("first-round", signal.SIGINT),
+    pytest.param("first-round", signal.SIGINT, marks=pytest.mark.bench),
     pytest.param("end", signal.SIGTERM, marks=pytest.mark.bench)])
 def test_a_signal_at_each_phase_ends_in_one_line(phase, signum, tmp_path):
   out = str(tmp_path / "run")
@@ -30,6 +32,8 @@ def test_a_signal_at_each_phase_ends_in_one_line(phase, signum, tmp_path):
   assert harness.violations(outcome) == [], outcome.stderr[-3000:]
 
 
+# "checkpoint" (inside the write) runs in make bench; in make test the after-checkpoint resume
+# and tests/engine/test_checkpoint.py's interrupted np.savez cover it.
 @pytest.mark.parametrize("phase", [pytest.param("checkpoint", marks=pytest.mark.bench),
                                    "after-checkpoint"])
 def test_a_run_stopped_at_its_first_checkpoint_resumes_and_says_from_where(phase, tmp_path):
@@ -73,6 +77,7 @@ def test_the_contract_check_catches_each_way_of_breaking_it():
     assert harness.violations(outcome), outcome
 
 
+# The whole sweep runs in make bench; in make test the phases above cover the contract.
 @pytest.mark.bench
 @pytest.mark.parametrize("module,args", [
     ("experiments.idp_fedavg", IDP_ARGS + ["--client_execution=tff"]),

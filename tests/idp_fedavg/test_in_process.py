@@ -243,6 +243,10 @@ def _rows(path):
     return list(csv.DictReader(f))
 
 
+# The experiment-level twin runs in make bench (32 s); in make test the round-level equalities
+# above (test_mlp_rounds_equal_the_tff_rounds, test_scale_rounds_equal_the_tff_rounds,
+# test_state_is_interchangeable_with_the_tff_process) cover the same property.
+@pytest.mark.bench
 @pytest.mark.slow
 def test_experiment_metrics_equal_the_tff_runs(tmp_path):
   """Same driver, ledger and sampling: metrics.csv and diagnostics.csv agree (rtol 1e-4)."""
