@@ -304,6 +304,31 @@ def test_check_client_arrays():
       program_data_source.check_client_arrays(clients)
 
 
+def test_clients_may_be_tff_datasets_and_non_finite_features_are_refused():
+  """Issue 51: a TFF user's clients are tf.data.Datasets (batched or not), and NaN/inf
+  features were accepted without a word."""
+  import collections  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  x = np.arange(12, dtype=np.float32).reshape(6, 2)
+  y = np.arange(6, dtype=np.int32)
+  ds = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y, w=y))
+  out = program_data_source.check_client_arrays([ds, ds.batch(4), (x, y)])
+  for client in out:
+    np.testing.assert_array_equal(client["x"], x)
+    np.testing.assert_array_equal(client["y"], y)
+    assert client["x"].dtype == np.float32 and client["y"].dtype == np.int32
+  pairs = tf.data.Dataset.from_tensor_slices((x, y))
+  with pytest.raises(ToolkitValueError, match=r"^client 0: a dataset's elements must be dicts"):
+    program_data_source.check_client_arrays([pairs])
+  for bad in (np.nan, np.inf, -np.inf):
+    dirty = x.copy()
+    dirty[3, 1] = bad
+    with pytest.raises(ToolkitValueError, match=r"^client 1: x holds NaN or infinite values"):
+      program_data_source.check_client_arrays([(x, y), (dirty, y)])
+  ints = program_data_source.check_client_arrays([(np.ones((2, 2), np.int64), [0, 1])])
+  assert ints[0]["x"].dtype == np.int64  # integer features: nothing to check, kept as given
+
+
 def test_check_rates():
   """One rate per client, each in [0, 1] (ends included), as float64."""
   rates = program_data_source.check_rates([[0, 1], [1, 0]], 4, "rate")

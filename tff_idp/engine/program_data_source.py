@@ -62,6 +62,7 @@ Family subclasses say how a client's input is built
 """
 from __future__ import annotations
 
+import collections
 import copy
 import io
 import json
@@ -69,12 +70,13 @@ import logging
 import secrets
 import threading
 import weakref
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_idp.engine import cohort_arrays
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.errors import ToolkitValueError
 
@@ -236,15 +238,35 @@ _LEDGERS: "weakref.WeakValueDictionary[str, RoundLedger]" = weakref.WeakValueDic
 _LEDGERS_LOCK = threading.Lock()
 
 
+def _dataset_arrays(i: int, dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
+  """A client's ``tf.data.Dataset`` of ``OrderedDict(x=..., y=...)`` (batched or not), read once."""
+  spec = dataset.element_spec
+  if not isinstance(spec, Mapping) or not {"x", "y"} <= set(spec):
+    raise ToolkitValueError(
+        f"client {i}: a dataset's elements must be dicts with 'x' and 'y' (as TFF's "
+        f"ClientData gives), got {spec}; map them, e.g. ds.map(lambda x, y: "
+        "collections.OrderedDict(x=x, y=y)).")
+  examples = cohort_arrays.examples_of_dataset(
+      dataset.map(lambda e: collections.OrderedDict(x=e["x"], y=e["y"])))
+  return examples["x"], examples["y"]
+
+
 def check_client_arrays(clients: Sequence[Any]) -> list[dict]:
-  """``[(x, y), ...]`` (or dicts with ``x``, ``y``) as a list of ``{"x", "y"}`` numpy arrays."""
+  """``[(x, y), ...]``, dicts with ``x``, ``y``, or clients' ``tf.data.Dataset``s (issue 51)
+  as a list of ``{"x", "y"}`` numpy arrays; non-finite features are refused."""
   out = []
   for i, client in enumerate(clients):
-    x, y = (client["x"], client["y"]) if isinstance(client, dict) else client
+    if isinstance(client, tf.data.Dataset):
+      x, y = _dataset_arrays(i, client)
+    else:
+      x, y = (client["x"], client["y"]) if isinstance(client, Mapping) else client
     x, y = np.asarray(x), np.asarray(y)
     if len(x) != len(y):
       raise ToolkitValueError(f"client {i}: x has {len(x)} rows but y has {len(y)}; give one "
                               "label per example.")
+    if np.issubdtype(x.dtype, np.floating) and not np.all(np.isfinite(x)):
+      raise ToolkitValueError(f"client {i}: x holds NaN or infinite values; clean or drop "
+                              "those examples first (training would spread them to the model).")
     out.append({"x": x, "y": y})
   if not out:
     raise ToolkitValueError("a data source needs at least one client.")
