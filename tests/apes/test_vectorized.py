@@ -194,3 +194,39 @@ def test_the_tff_computation_gives_the_same_reports_inside_a_client_computation(
                                atol=1e-6)
   with pytest.raises(ToolkitValueError, match="at least one user"):
     update.cohort_arguments(0, weights, [])
+
+
+def test_defaults_a_plain_weight_list_one_trace_and_a_sigmoid_head():
+  """Tests against the survivors of issue 48's mutation run: the defaults are FedProx
+  μ = 0.01 and one epoch (as the TFF client work's); ``initial_weights`` may be the trainable
+  list itself; one trace serves every cohort; a sigmoid model keeps its own head."""
+  optimizer = tff.learning.optimizers.build_sgdm(learning_rate=LR)
+  weights = tff.learning.models.ModelWeights.from_model(MODEL_FN())
+  users = _users()
+  default = VectorizedLdpUpdate(MODEL_FN, mechanism="clip_laplace", client_optimizer=optimizer,
+                                clip=C)
+  work = build_ldp_client_work(MODEL_FN, mechanism="clip_laplace", client_optimizer=optimizer,
+                               clip=C)  # the TFF client work's own defaults
+  theirs = work.next(np.int64(2), [weights] * len(users), [u.client_input() for u in users])
+  ours = default(np.int64(2), weights, users)
+  plain = default(np.int64(2), list(weights.trainable), users)
+  for a, (b, _, _), (c, _, _) in zip(theirs.result, ours, plain):
+    np.testing.assert_allclose(_flat(b["ldp_report"]), _flat(a.update["ldp_report"]), atol=2e-6)
+    np.testing.assert_array_equal(_flat(c["ldp_report"]), _flat(b["ldp_report"]))
+  arguments = default.cohort_arguments(2, list(weights.trainable), users[:2])
+  assert [np.shape(w) for w in arguments[1]] == [np.shape(w) for w in weights.trainable]
+  default(np.int64(3), weights, users[:2])  # another cohort size and batch layout
+  assert default._train.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
+  binary_fn = models.tff_model_fn(
+      lambda: models.build_logistic_regression(FEATURES, 2, head="sigmoid", seed=1),
+      models.input_spec_for((FEATURES,)), head="sigmoid")
+  binary_users = [LdpClientArrays(collections.OrderedDict(x=u.examples["x"],
+                                                          y=u.examples["y"] % 2),
+                                  8, u.epsilon, u.seed) for u in users]
+  b_work = build_ldp_client_work(binary_fn, mechanism="none", client_optimizer=optimizer)
+  b_fast = VectorizedLdpUpdate(binary_fn, mechanism="none", client_optimizer=optimizer)
+  b_weights = tff.learning.models.ModelWeights.from_model(binary_fn())
+  b_theirs = b_work.next(np.int64(0), [b_weights] * len(users),
+                         [u.client_input() for u in binary_users]).result
+  for a, (b, _, _) in zip(b_theirs, b_fast(np.int64(0), b_weights, binary_users)):
+    np.testing.assert_allclose(_flat(b["ldp_report"]), _flat(a.update["ldp_report"]), atol=2e-6)
