@@ -170,12 +170,8 @@ def main(argv):
   accounting = apes_runs.ApesAccounting(shuffle_delta=shuffle_delta,
                                         delta=_DELTA.value, bound=_BOUND.value)
   privacy_flags.announce()
-  print(f"federation: {federation.num_users} users × {_SAMPLES.value} records "
-        f"({federation.name}), d = {federation.num_params}, ε ~ {_DISTRIBUTION.value} "
-        f"[{epsilons.min():.3g}, {epsilons.max():.3g}], C = {training.clip:g}, "
-        f"T = {training.rounds}, {training.local_epochs} local epochs, "
-        f"μ = {training.proximal_strength:g}, bound: {accounting.bound}, "
-        f"δ_s = {accounting.shuffle_delta:.2g}, δ = {accounting.delta:g}", flush=True)
+  print(apes_runs.federation_line(federation, _SAMPLES.value, _DISTRIBUTION.value, epsilons,
+                                  training, accounting), flush=True)
   # TensorFlow loads here (the runner's models), once the flags are known to be valid.
   from tff_idp import runners  # pylint: disable=g-import-not-at-top
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}

@@ -147,3 +147,12 @@ def test_table_never_prints_the_published_b_eps_as_the_top_b_guarantee():
   assert "‡ S-APES with the paper's post-top-b" in table
   sapes_line = next(l for l in table.splitlines() if l.startswith("| S-APES |"))
   assert "‡" not in sapes_line and "†" not in sapes_line
+
+
+def test_the_federation_line_names_users_budgets_and_settings():
+  users = shuffle_users.synthetic_users(5, 4, seed=0)
+  line = apes_runs.federation_line(
+      users, 4, "uniform", np.array([0.5, 2.0]), apes_runs.ApesTraining(rounds=3),
+      apes_runs.ApesAccounting(shuffle_delta=1e-6, delta=1e-5))
+  assert line.startswith(f"federation: 5 users × 4 records ({users.name}), d = ")
+  assert "ε ~ uniform [0.5, 2]" in line and "T = 3" in line and "δ_s = 1e-06" in line

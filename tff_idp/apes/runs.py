@@ -331,6 +331,18 @@ def framework_ledger(framework: str, epsilons: np.ndarray, d: int, keep: int, ro
   return out
 
 
+def federation_line(federation: UserFederation, samples_per_user: int, distribution: str,
+                    epsilons: np.ndarray, training: ApesTraining,
+                    accounting: "ApesAccounting") -> str:
+  """The line a run prints before training: the users, their ε range and the settings."""
+  return (f"federation: {federation.num_users} users × {samples_per_user} records "
+          f"({federation.name}), d = {federation.num_params}, ε ~ {distribution} "
+          f"[{epsilons.min():.3g}, {epsilons.max():.3g}], C = {training.clip:g}, "
+          f"T = {training.rounds}, {training.local_epochs} local epochs, "
+          f"μ = {training.proximal_strength:g}, bound: {accounting.bound}, "
+          f"δ_s = {accounting.shuffle_delta:.2g}, δ = {accounting.delta:g}")
+
+
 def default_shuffle_delta(delta: float, d: int, rounds: int) -> float:
   """δ_s = δ/(10·d·T), one significant digit (rounded down).
 
