@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Optional
 
 from absl import flags
 from absl import logging as absl_logging
@@ -49,12 +48,6 @@ from tff_idp.execution import runtime
 from tff_idp.audit import controls
 from tff_idp.audit import report as audit_report
 
-CONTROLS = {
-    "noise/4": controls.Miscalibration("noise/4", noise_scale=0.25),
-    "q×8": controls.Miscalibration("q×8 strict", rate_factors={0: 8.0}),
-    "no-noise": controls.Miscalibration("no noise", noise_scale=0.0),
-}
-CONTROL_FLAG_NAMES = {"noise4": "noise/4", "q8": "q×8", "nonoise": "no-noise"}
 
 _CANARIES = flags.DEFINE_integer(
     "audit_canaries", 600, "Canary clients per run and seed (a multiple of 2 × groups; "
@@ -104,53 +97,6 @@ def _run_dir(output_dir: str, label: str) -> str:
   return os.path.join(output_dir, label.replace(" ", "_").replace("/", "÷").replace(",", ""))
 
 
-def plan_runs(control_names) -> list[tuple[str, str, int, Optional[controls.Miscalibration]]]:
-  """(label, run spec, canaries, miscalibration) of every run, in table order."""
-  k = _CANARIES.value
-  uniform_k = k // 3 // 2 * 2 or 2  # the same canaries per group as the 3-group runs
-  runs = [("uniform strict (100-0-0)", "100-0-0", uniform_k, None),
-          ("34-43-23", "34-43-23", k, None)]
-  for name in control_names:
-    c = CONTROLS[CONTROL_FLAG_NAMES[name]]
-    runs.append((f"34-43-23, BROKEN: {c.name}", "34-43-23", k, c))
-  if _UTILITY.value:
-    runs.append(("34-43-23, no canaries", "34-43-23", 0, None))
-  return runs
-
-
-def _check_controls(names) -> None:
-  unknown = [n for n in names if n not in CONTROL_FLAG_NAMES]
-  if unknown:
-    raise ValueError(f"--controls: unknown {unknown}; choose from "
-                     f"{sorted(CONTROL_FLAG_NAMES)} (or leave empty).")
-
-
-def summarize(rows: list[dict]) -> str:
-  """The audit table plus the accuracy / utility-effect lines."""
-  lines = [audit_report.format_audit_table(rows), "",
-           "| run | accuracy % (mean over seeds) | canaries |", "|---|---|---|"]
-  for r in rows:
-    lines.append(f"| {r['run']} | {100 * r['mean_accuracy']:.2f} | {r['canaries']} |")
-  base = next((r for r in rows if r["run"] == "34-43-23, no canaries"), None)
-  with_canaries = next((r for r in rows if r["run"] == "34-43-23"), None)
-  if base and with_canaries:
-    diff = 100 * (with_canaries["mean_accuracy"] - base["mean_accuracy"])
-    why = ("identical noise and real cohorts under --insecure_reproducible_noise, so this "
-           "is the canaries' effect alone" if privacy_flags.insecure() else
-           "same seeds; noise and sampling are fresh per run, so part of it is run-to-run "
-           "noise: --insecure_reproducible_noise pairs them exactly")
-    lines += ["", f"utility effect of the canaries on 34-43-23: {diff:+.2f} accuracy points "
-              f"({why})."]
-  correct = [g for r in rows if not r.get("broken_control") for g in r.get("audit") or []]
-  broken = [r for r in rows if r.get("broken_control")]
-  ok = all(g["epsilon"] <= g["bound"] for g in correct if g["bound"] is not None)
-  caught = all(any(g["flagged"] for g in r.get("audit") or []) for r in broken)
-  lines += ["", f"correct runs: empirical ε ≤ bound in every group: {'yes' if ok else 'NO'}; "
-            f"broken controls flagged: {sum(any(g['flagged'] for g in r.get('audit') or []) for r in broken)} "
-            f"of {len(broken)}{'' if caught else ' (NOT all)'}."]
-  return "\n".join(lines)
-
-
 def check() -> list[str]:
   """The flag checks that need no data (``cli.launch`` runs them before TensorFlow).
 
@@ -159,8 +105,9 @@ def check() -> list[str]:
   worker_flags.runtime_kwargs()
   worker_flags.training_kwargs(audit_canaries=1)  # canary clients are TFF client work
   names = [n for n in _CONTROLS.value if n]
-  _check_controls(names)
-  for label, spec, canaries, _ in plan_runs(names):
+  controls.check_control_names(names)
+  for label, spec, canaries, _ in controls.plan_audit_runs(_CANARIES.value, names,
+                                                            _UTILITY.value):
     config_lib.check_settings(_config(spec, _run_dir(_OUTPUT_DIR.value, label), canaries))
   return names
 
@@ -185,7 +132,7 @@ def main(argv):
   keras_builder = lambda: models.build_mlp(  # noqa: E731
       data_config.num_features, data_config.num_classes, hidden=_HIDDEN.value)
   model_fn = models.tff_model_fn(keras_builder, models.input_spec_for(shape))
-  runs = plan_runs(names)
+  runs = controls.plan_audit_runs(_CANARIES.value, names, _UTILITY.value)
   print(f"audit federation: Synthetic IID, {len(train.client_ids)} clients, MLP "
         f"{_HIDDEN.value} hidden (d = {keras_builder().count_params():,}); "
         f"{_ROUNDS.value} rounds, c = {_CLIENTS_PER_ROUND.value:g}, δ = {_DELTA.value:g}, "
@@ -206,7 +153,7 @@ def main(argv):
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  table = summarize(rows)
+  table = audit_report.format_audit_summary(rows, privacy_flags.insecure())
   if privacy_flags.insecure():
     from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL  # pylint: disable=g-import-not-at-top
     table = f"**{NOT_PRIVATE_LABEL}** (--insecure_reproducible_noise)\n\n{table}"

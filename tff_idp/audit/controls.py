@@ -61,3 +61,34 @@ class Miscalibration:
   def to_dict(self) -> dict:
     return {"name": self.name, "noise_scale": self.noise_scale,
             "rate_factors": {str(k): v for k, v in (self.rate_factors or {}).items()}}
+
+
+CONTROLS = {
+    "noise/4": Miscalibration("noise/4", noise_scale=0.25),
+    "q×8": Miscalibration("q×8 strict", rate_factors={0: 8.0}),
+    "no-noise": Miscalibration("no noise", noise_scale=0.0),
+}
+"""The audit's broken controls (``python -m experiments.audit --controls``), by name."""
+CONTROL_FLAG_NAMES = {"noise4": "noise/4", "q8": "q×8", "nonoise": "no-noise"}
+
+
+def check_control_names(names) -> None:
+  """Refuses a ``--controls`` name that is not one of :data:`CONTROL_FLAG_NAMES`."""
+  unknown = [n for n in names if n not in CONTROL_FLAG_NAMES]
+  if unknown:
+    raise ValueError(f"--controls: unknown {unknown}; choose from "
+                     f"{sorted(CONTROL_FLAG_NAMES)} (or leave empty).")
+
+
+def plan_audit_runs(canaries: int, control_names, utility_baseline: bool
+                    ) -> list[tuple[str, str, int, Optional[Miscalibration]]]:
+  """(label, run spec, canaries, miscalibration) of every audit run, in table order."""
+  uniform_k = canaries // 3 // 2 * 2 or 2  # the same canaries per group as the 3-group runs
+  runs = [("uniform strict (100-0-0)", "100-0-0", uniform_k, None),
+          ("34-43-23", "34-43-23", canaries, None)]
+  for name in control_names:
+    control = CONTROLS[CONTROL_FLAG_NAMES[name]]
+    runs.append((f"34-43-23, BROKEN: {control.name}", "34-43-23", canaries, control))
+  if utility_baseline:
+    runs.append(("34-43-23, no canaries", "34-43-23", 0, None))
+  return runs
