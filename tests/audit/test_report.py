@@ -15,8 +15,9 @@ def test_the_summary_says_whether_bounds_held_and_broken_controls_were_caught(mo
   text = report.format_audit_summary(rows, insecure_reproducible_noise=True)
   assert text.startswith("<table>\n\n| run | accuracy % (mean over seeds) | canaries |")
   assert "| 34-43-23 | 80.00 | 4 |" in text
-  assert "utility effect of the canaries on 34-43-23: -1.00 accuracy points (identical noise" in text
-  assert text.endswith("empirical ε ≤ bound in every group: yes; broken controls flagged: 1 of 1.")
+  assert ("utility effect of the canaries on 34-43-23: -1.00 accuracy points "
+          "(identical noise") in text
+  assert text.endswith("ε ≤ bound in every group: yes; broken controls flagged: 1 of 1.")
   rows[0]["audit"][0]["epsilon"] = 1.5  # a correct run over its bound
   rows[2]["audit"][0]["flagged"] = False  # a broken control missed
   text = report.format_audit_summary(rows, insecure_reproducible_noise=False)

@@ -43,6 +43,13 @@ def test_a_method_drawing_under_one_record_per_step_is_warned_about(capsys):
   assert capsys.readouterr().err == ""
   runs.warn_if_batch_below_one(_plan("privacy_free", {"a": [0.1] * 5}))
   assert "raise privacy_free_batch" in capsys.readouterr().err
+  # Issue 51: with the plan's parameters, the flags and their values now (a small silo).
+  with_params = _plan("ours", {"a": [0.01] * 30})
+  with_params.params = types.SimpleNamespace(noise_multiplier=2.0, rounds=30, local_steps=10)
+  runs.warn_if_batch_below_one(with_params)
+  err = capsys.readouterr().err
+  assert "--noise_multiplier, now 2" in err and "--rounds, now 30" in err
+  assert "--local_steps, now 10" in err and "docs/rpdp.md" in err
 
 
 def test_the_table_names_its_training_settings_and_counts_seeds_grammatically(tmp_path):

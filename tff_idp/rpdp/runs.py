@@ -138,11 +138,17 @@ def warn_if_batch_below_one(plan) -> Optional[str]:
   batch = expected_batch(plan)
   if batch >= 1:
     return None
+  params = getattr(plan, "params", None)
   if plan.method == "privacy_free":
-    advice = "raise privacy_free_batch"
-  else:
+    advice = "raise privacy_free_batch (--privacy_free_batch)"
+  elif params is None:
     advice = ("raise noise_multiplier (σ: the rates the budgets allow grow with it) or "
               "lower rounds or local_steps")
+  else:  # issue 51: name the flags and their values now, so a small silo knows what to change
+    advice = (f"raise noise_multiplier (--noise_multiplier, now {params.noise_multiplier:g}: "
+              "the rates the budgets allow grow with it) or lower rounds (--rounds, now "
+              f"{params.rounds}) or local_steps (--local_steps, now {params.local_steps}); "
+              "small silos: see docs/rpdp.md, \"Small silos\"")
   message = (f"{plan.method} samples {batch:.2g} records per local step on average "
              f"(below 1, so most steps train on nothing); {advice}.")
   console.warning(message)
