@@ -230,3 +230,28 @@ def test_defaults_a_plain_weight_list_one_trace_and_a_sigmoid_head():
                          [u.client_input() for u in binary_users]).result
   for a, (b, _, _) in zip(b_theirs, b_fast(np.int64(0), b_weights, binary_users)):
     np.testing.assert_allclose(_flat(b["ldp_report"]), _flat(a.update["ldp_report"]), atol=2e-6)
+
+
+def test_the_cohort_is_chunked_by_its_step_counts_bytes_and_the_caps(monkeypatch):
+  """The chunk plan gets every user's step count, its bytes and both caps (memory bound)."""
+  from tff_idp.engine import cohort_stack  # pylint: disable=g-import-not-at-top
+  from tff_idp.engine import stacked_training  # pylint: disable=g-import-not-at-top
+  optimizer = tff.learning.optimizers.build_sgdm(learning_rate=LR)
+  update = VectorizedLdpUpdate(MODEL_FN, mechanism="clip_laplace", client_optimizer=optimizer,
+                               clip=C, max_chunk_bytes=123_456, max_chunk_clients=2)
+  seen = []
+  real_plan = cohort_stack.plan_chunks
+
+  def spy(steps, per_client_bytes, max_bytes, max_clients):
+    seen.append((list(steps), per_client_bytes, max_bytes, max_clients))
+    return real_plan(steps, per_client_bytes, max_bytes, max_clients)
+
+  monkeypatch.setattr(cohort_stack, "plan_chunks", spy)
+  users = _users()
+  weights = tff.learning.models.ModelWeights.from_model(MODEL_FN())
+  update(np.int64(0), weights, users)
+  batches = [update._unwrap(u)[1] for u in users]  # pylint: disable=protected-access
+  per_client = stacked_training.bytes_per_client(
+      update._weight_specs, batches, update._widest)  # pylint: disable=protected-access
+  assert seen == [([len(b) for b in batches], per_client, 123_456, 2)]
+  assert len({len(b) for b in batches}) > 1  # the users' step counts differ
