@@ -203,3 +203,40 @@ def test_the_update_itself_refuses_weights_serves_the_default_loss_and_traces_on
   update(np.int64(0), weights, [_client(i, 0) for i in range(2)])
   update(np.int64(1), weights, [_client(i, 1, n=20 + 3 * i) for i in range(4)])
   assert update._train.experimental_get_tracing_count() == 1  # pylint: disable=protected-access
+
+
+def test_a_plain_weight_list_the_chunk_plan_and_a_clip_below_the_gradient_norms(monkeypatch):
+  """Tests against survivors of issue 48's mutation run: ``initial_weights`` may be the
+  trainable list; the chunk plan gets the clients' record counts, their bytes and both caps;
+  a clip bound of 0.05 (most per-record gradient norms above it, some below 1) clips as the
+  per-client step does."""
+  from tff_idp.engine import cohort_stack  # pylint: disable=g-import-not-at-top
+  update = vectorized.VectorizedRecordDpUpdate(
+      MLP_FN, tff.learning.optimizers.build_sgdm(0.2), local_steps=2, noise_multiplier=0.7,
+      clip_norm=0.05, loss_fn=models.per_example_loss("softmax"), max_chunk_bytes=654_321,
+      max_chunk_clients=2)
+  per_client = client_work.build_rpdp_fedavg_driver_process(
+      MLP_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.2),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=2,
+      noise_multiplier=0.7, clip_norm=0.05, loss_fn=models.per_example_loss("softmax"),
+      client_execution="in_process", parallel_clients=1).client_updates[0]
+  seen = []
+  real_plan = cohort_stack.plan_chunks
+
+  def spy(sizes, per_client_bytes, max_bytes, max_clients):
+    seen.append((list(sizes), per_client_bytes, max_bytes, max_clients))
+    return real_plan(sizes, per_client_bytes, max_bytes, max_clients)
+
+  monkeypatch.setattr(cohort_stack, "plan_chunks", spy)
+  weights = tff.learning.models.ModelWeights.from_model(MLP_FN())
+  cohort = [_client(i, 1, q=0.9) for i in range(3)]
+  whole = update(np.int64(1), weights, cohort)
+  plain = update(np.int64(1), list(weights.trainable), cohort)
+  for i, dataset in enumerate(cohort):
+    _assert_close(list(per_client(np.int64(1), weights, dataset)[0]), whole[i][0])
+    _assert_close(whole[i][0], plain[i][0])
+  sizes = [12, 15, 18]
+  assert [s[0] for s in seen] == [sizes, sizes] and all(s[2:] == (654_321, 2) for s in seen)
+  assert all(s[1] == seen[0][1] and s[1] is not None for s in seen)
+  arguments = update.cohort_arguments(1, list(weights.trainable), cohort[:1])
+  assert [np.shape(w) for w in arguments[0]] == [np.shape(w) for w in weights.trainable]
