@@ -317,9 +317,15 @@ def test_clients_may_be_tff_datasets_and_non_finite_features_are_refused():
     np.testing.assert_array_equal(client["x"], x)
     np.testing.assert_array_equal(client["y"], y)
     assert client["x"].dtype == np.float32 and client["y"].dtype == np.int32
+  exact = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
+  np.testing.assert_array_equal(program_data_source.check_client_arrays([exact])[0]["y"], y)
   pairs = tf.data.Dataset.from_tensor_slices((x, y))
-  with pytest.raises(ToolkitValueError, match=r"^client 0: a dataset's elements must be dicts"):
-    program_data_source.check_client_arrays([pairs])
+  no_label = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, label=y))
+  for bad in (pairs, no_label):
+    with pytest.raises(ToolkitValueError, match=r"^client 0: a dataset's elements must be dicts"):
+      program_data_source.check_client_arrays([bad])
+  with pytest.raises(ToolkitValueError, match=r"^client 0: x must be numeric \(got dtype <U1\)"):
+    program_data_source.check_client_arrays([(np.array([["a"], ["b"]]), [0, 1])])
   for bad in (np.nan, np.inf, -np.inf):
     dirty = x.copy()
     dirty[3, 1] = bad

@@ -261,6 +261,9 @@ def check_client_arrays(clients: Sequence[Any]) -> list[dict]:
     else:
       x, y = (client["x"], client["y"]) if isinstance(client, Mapping) else client
     x, y = np.asarray(x), np.asarray(y)
+    if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+      raise ToolkitValueError(f"client {i}: x must be numeric (got dtype {x.dtype}); encode "
+                              "categorical columns as numbers first.")
     if len(x) != len(y):
       raise ToolkitValueError(f"client {i}: x has {len(x)} rows but y has {len(y)}; give one "
                               "label per example.")
