@@ -240,3 +240,14 @@ def test_a_plain_weight_list_the_chunk_plan_and_a_clip_below_the_gradient_norms(
   assert all(s[1] == seen[0][1] and s[1] is not None for s in seen)
   arguments = update.cohort_arguments(1, list(weights.trainable), cohort[:1])
   assert [np.shape(w) for w in arguments[0]] == [np.shape(w) for w in weights.trainable]
+
+
+def test_one_local_step_gives_an_active_client_weight_one():
+  """The 0/1 update weight is 1 for a client that trained (τ = 1 here), 0 for Σq = 0."""
+  update = vectorized.VectorizedRecordDpUpdate(
+      MLP_FN, tff.learning.optimizers.build_sgdm(0.2), local_steps=1, noise_multiplier=0.7,
+      clip_norm=1.0)
+  weights = tff.learning.models.ModelWeights.from_model(MLP_FN())
+  out = update(np.int64(0), weights, [_client(0, 0), _client(1, 0, q=0.0), _client(2, 0, n=0)])
+  assert [w for _, w, _ in out] == [1.0, 0.0, 0.0]
+  assert out[0][2]["steps"] == 1.0 and out[1][2]["steps"] == 0.0
