@@ -52,3 +52,30 @@ def test_an_empty_dataset_has_no_example_and_no_batch():
   known = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
       x=np.zeros((0, 5), np.float32), y=np.zeros(0, np.int32))).batch(2)
   assert stacked_training.dataset_batches(known)[0]["x"].shape == (0, 5)
+
+
+def test_a_client_whose_first_weight_overflows_is_zeroed_even_if_its_last_is_finite():
+  """Every weight's Δ is checked: a kernel step that overflows (x = 3e38, learning rate 10)
+  while the bias stays finite zeroes that client alone and marks it not finite."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 2], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  stacked, head = stacked_training.stacked_model_of(
+      models.tff_model_fn(lambda: models.build_logistic_regression(2, 2), spec))
+  optimizer = tff.learning.optimizers.build_sgdm(10.0)
+  examples = collections.OrderedDict(
+      x=tf.constant([[3e38, 0.0], [3e38, 0.0], [1.0, 2.0], [0.0, 0.0]], tf.float32),
+      y=tf.constant([0, 0, 1, 0], tf.int32))
+  index = tf.constant([[[0, 1]], [[2, 3]]], tf.int32)  # client 0: rows 0-1; client 1: row 2
+  mask = tf.constant([[[1.0, 1.0]], [[1.0, 0.0]]], tf.float32)
+
+  @tf.function
+  def run():
+    return stacked_training.local_steps(stacked, head, optimizer,
+                                        [tf.zeros([2, 2]), tf.zeros([2])], examples, index,
+                                        mask)
+
+  delta, stats = run()
+  assert stats["finite"].numpy().tolist() == [False, True]
+  assert not np.any(delta[0].numpy()[0]) and not np.any(delta[1].numpy()[0])
+  assert np.any(delta[0].numpy()[1]) and np.all(np.isfinite(delta[0].numpy()[1]))
