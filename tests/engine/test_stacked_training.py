@@ -79,3 +79,21 @@ def test_a_client_whose_first_weight_overflows_is_zeroed_even_if_its_last_is_fin
   assert stats["finite"].numpy().tolist() == [False, True]
   assert not np.any(delta[0].numpy()[0]) and not np.any(delta[1].numpy()[0])
   assert np.any(delta[0].numpy()[1]) and np.all(np.isfinite(delta[0].numpy()[1]))
+
+
+def test_only_a_toolkit_model_fn_with_a_known_head_and_x_y_inputs_is_served():
+  builder = lambda: models.build_logistic_regression(6, 3)  # noqa: E731
+  served = models.tff_model_fn(builder, SPEC)
+  assert stacked_training.stacked_model_of(served)[1] == "softmax"
+
+  def plain_model_fn():
+    return served()
+
+  assert stacked_training.stacked_model_of(plain_model_fn) is None  # no Keras builder
+  plain_model_fn.keras_builder, plain_model_fn.head = builder, "linear"
+  assert stacked_training.stacked_model_of(plain_model_fn) is None  # a head it cannot score
+  assert set(stacked_training.examples_spec(SPEC)) == {"x", "y"}
+  with pytest.raises(ValueError, match="OrderedDict\\(x=..., y=...\\)"):
+    stacked_training.examples_spec(collections.OrderedDict(x=SPEC["x"], label=SPEC["y"]))
+  with pytest.raises(ValueError, match="input spec is"):
+    stacked_training.examples_spec((SPEC["x"], SPEC["y"]))
