@@ -78,13 +78,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import heapq
 import json
 import os
 import pathlib
 import pickle
 import re
 import resource
+import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -528,6 +531,85 @@ def _install_parallel_stats(workers: int, memo_path: "pathlib.Path | None"):
 SKIPPED = 34  # mutmut's exit code for "skipped"
 
 
+def process_start_time(pid: int) -> "str | None":
+  """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None if gone.
+
+  A PID and its start time name one process: a PID the kernel hands out again
+  gets another start time.
+  """
+  try:
+    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+      stat = f.read()
+  except OSError:
+    return None
+  fields = stat.rsplit(")", 1)[-1].split()  # after "pid (comm)": state is field 3
+  return fields[19] if len(fields) > 19 else None
+
+
+class SafeTimeouts:
+  """mutmut's wall-clock timeouts, sent only to the process that was registered.
+
+  mutmut 3.8.1 (``mutmut.workers.timeout``) keeps every (deadline, pid) until
+  the deadline passes and then sends SIGXCPU to that PID, "letting expired
+  entries for already-terminated processes remain". By then the mutant's child
+  has usually exited and the kernel may have given its PID to an unrelated
+  process: a CI run beside a mutation run lost its TFF worker to SIGXCPU (exit
+  -24, 70 failed tests). Here each entry also keeps the process's start time,
+  and the signal goes out only while that PID still has it.
+  """
+
+  def __init__(self, start_time=process_start_time, kill=os.kill):
+    self._start_time, self._kill = start_time, kill
+    self._heap: list = []
+    self._lock = threading.Condition()
+    self._thread = None
+
+  def register(self, pid: int, timeout_s: float) -> None:
+    started = self._start_time(pid)
+    if started is None:
+      return  # already gone: nothing to time out
+    with self._lock:
+      heapq.heappush(self._heap, (time.time() + timeout_s, pid, started))
+      self._lock.notify()
+      if self._thread is None:
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="mutmut-safe-timeouts")
+        self._thread.start()
+
+  def expire(self, now: float) -> list[int]:
+    """Signals the registered processes whose deadline passed; returns the PIDs signalled."""
+    signalled = []
+    while self._heap and self._heap[0][0] <= now:
+      _, pid, started = heapq.heappop(self._heap)
+      if self._start_time(pid) != started:
+        continue  # exited (or its PID now names another process): never signal that
+      try:
+        self._kill(pid, signal.SIGXCPU)
+        signalled.append(pid)
+      except ProcessLookupError:
+        pass
+    return signalled
+
+  def _run(self) -> None:
+    with self._lock:
+      while True:
+        while not self._heap:
+          self._lock.wait()
+        self.expire(time.time())
+        if self._heap:
+          self._lock.wait(timeout=max(0.0, self._heap[0][0] - time.time()))
+
+
+def _install_safe_timeouts() -> SafeTimeouts:
+  """mutmut's runners register their children's timeouts with :class:`SafeTimeouts`."""
+  from mutmut.workers import isolation  # pylint: disable=g-import-not-at-top
+  from mutmut.workers import timeout as mutmut_timeout  # pylint: disable=g-import-not-at-top
+  safe = SafeTimeouts()
+  isolation.register_timeout = safe.register
+  mutmut_timeout.register_timeout = safe.register
+  return safe
+
+
 def _install_reviewed_skip():
   """A run without names records the reviewed mutants as skipped instead of testing them."""
   import mutmut.__main__ as mm  # pylint: disable=g-import-not-at-top
@@ -570,6 +652,7 @@ def _max_children(argv) -> int:
 
 
 if __name__ == "__main__":
+  _install_safe_timeouts()  # first: no timeout may reach a process mutmut did not start
   _install_test_selection()
   _install_clean_run_skip()
   memo_on = os.environ.get("MUTATION_ACCOUNTANT_MEMO", "1") != "0"

@@ -273,3 +273,32 @@ def test_a_hanging_test_is_stopped_at_its_own_budget_and_named(tmp_path, mutmut_
   status, _ = _run_call_in_child(limiter, "t::fine", busy_seconds=0.2, outer_limit=60)
   assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
   assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_timeout_never_reaches_a_process_that_got_the_pid_later(mutmut_run):
+  """mutmut sent SIGXCPU to a timed-out child's PID after the child had exited; a CI run beside
+  a mutation run lost its TFF worker (exit -24) when the kernel reused that PID."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  starts = {101: "500", 102: "700", 103: "900"}
+  killed = []
+  safe = mutmut_run.SafeTimeouts(start_time=starts.get,
+                                 kill=lambda pid, sig: killed.append((pid, sig)))
+  for pid in (101, 102, 103):
+    safe.register(pid, 3600)
+  safe.register(104, 1)  # already gone when registered: nothing to time out
+  starts[102] = "999"  # 102 exited and the kernel gave its PID to another process
+  del starts[103]  # 103 exited
+  assert safe.expire(time.time()) == []  # nothing due yet
+  assert safe.expire(time.time() + 7200) == [101]
+  assert killed == [(101, signal.SIGXCPU)]
+
+
+def test_the_start_time_names_one_process(mutmut_run):
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  mine = mutmut_run.process_start_time(os.getpid())
+  assert mine and mine == mutmut_run.process_start_time(os.getpid())
+  child = subprocess.Popen(["sleep", "0"])
+  child.wait()
+  assert mutmut_run.process_start_time(child.pid) is None  # reaped: gone
