@@ -14,6 +14,8 @@ from datasets import partition
 from datasets import sql_split
 from tff_idp.errors import ToolkitValueError
 
+from tests.datasets import array_backed_checks  # pylint: disable=g-bad-import-order
+
 # ClientData objects are built here; no TFF computation runs, but should one
 # ever do, it must use the owned runtime (see tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("tff_runtime")
@@ -208,7 +210,6 @@ def test_the_vectorized_rounds_read_the_same_examples_as_each_clients_dataset(ki
   """Issue 49: a split's ClientData is marked array-backed; the arrays it hands the vectorized
   rounds are exactly what each client's dataset yields (keys, dtypes, values, order)."""
   from tff_idp import client_arrays  # pylint: disable=g-import-not-at-top
-  from tff_idp.engine import cohort_arrays  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   x = rng.normal(size=(60, 3)).astype(np.float64)
   y = rng.integers(0, 3, 60)
@@ -216,14 +217,6 @@ def test_the_vectorized_rounds_read_the_same_examples_as_each_clients_dataset(ki
   if kind == "saved":
     split = split.save(str(tmp_path / "split"))
   train = split.train_client_data()
-  assert client_arrays.of(train) is not None
-  direct = cohort_arrays.ExampleCache(train)
-  for cid in train.client_ids:
-    want = cohort_arrays.examples_of_dataset(train.create_tf_dataset_for_client(cid))
-    got = direct(cid)
-    assert list(got) == list(want)
-    for key in want:
-      assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape
-      np.testing.assert_array_equal(got[key], want[key])
+  array_backed_checks.assert_arrays_are_each_clients_dataset(train)
   preprocessed = train.preprocess(lambda ds: ds.take(1))
   assert client_arrays.of(preprocessed) is None

@@ -330,13 +330,6 @@ def test_unknown_client_id_raises(loaded):
 def test_the_vectorized_rounds_read_the_same_examples_as_each_clients_dataset():
   """Issue 49: the embedded federation's ClientData is array-backed; its arrays are exactly
   each client's dataset (keys, dtypes, values, order)."""
-  from tff_idp.engine import cohort_arrays  # pylint: disable=g-import-not-at-top
+  from tests.datasets import array_backed_checks  # pylint: disable=g-import-not-at-top
   train, _, _ = synthetic.load_synthetic(synthetic.SyntheticConfig(num_clients=6, seed=2))
-  direct = cohort_arrays.ExampleCache(train)
-  for cid in train.client_ids:
-    want = cohort_arrays.examples_of_dataset(train.create_tf_dataset_for_client(cid))
-    got = direct(cid)
-    assert list(got) == list(want)
-    for key in want:
-      assert got[key].dtype == want[key].dtype
-      np.testing.assert_array_equal(got[key], want[key])
+  array_backed_checks.assert_arrays_are_each_clients_dataset(train)
