@@ -14,28 +14,10 @@ SCALE against SAMPLE on the same distribution):
 
 The federation needs no network: 700 clients generated from --data_seed.
 
-Why these defaults. The paper trains 420 rounds, so the adaptive clip's
-warm-up is a small part of training and the distributions differ by their
-noise. The main job has minutes on two CPU cores (1,600 client updates per
-run spec: 8 seeds × 20 rounds × 10 clients), so it sets up a regime where
-the noise, not clipping, decides within 20 rounds:
-
-* a small federation (700 clients) and c = 10 clients per round: the noise on
-  the mean update, z_Δ·C/c per coordinate, is then 0.08-0.37·C across the
-  distributions (at 3,383 clients and c = 30 it was 0.02-0.03·C, and all four
-  private distributions landed within one sd of each other);
-* --initial_clip=2.5, about where adaptive clipping settles here: from Andrew
-  et al.'s 0.1 the clip needs ~30 rounds to grow, and over 20 rounds the
-  clipping, not the noise, would set the accuracy;
-* 5 local epochs at learning rate 0.6: more progress per round for free (the
-  simulation's cost per client is overhead, not local steps);
-* 8 seeds: neighbouring distributions differ by 3-5 points (the middle pairs)
-  with a run-to-run sd of about 2, so fewer seeds cannot separate them.
-
-The count bit's σ_b stays at Andrew et al.'s c/20 (--clipped_count_stddev).
-With c = 10 that is 0.5, close to σ/2, so z_Δ grows faster than σ (σ 0.64 →
-z_Δ 0.82 for 0-0-100, σ 0.75 → 1.12 for 34-43-23, σ 0.97 → 3.72 for 100-0-0);
-the table shows both. A larger σ_b brings z_Δ close to σ and shrinks the gaps.
+Why these defaults (a regime where the noise, not clipping, decides within 20
+rounds on two CPU cores: 700 clients, c = 10, --initial_clip=2.5, 5 local
+epochs at learning rate 0.6, 8 seeds, σ_b = c/20) and what they measure:
+docs/idp_fedavg.md, "python -m experiments.idp_fedavg".
 """
 from __future__ import annotations
 
@@ -45,48 +27,27 @@ import sys
 from absl import flags
 from absl import logging as absl_logging
 from datasets import synthetic
-from experiments import audit_flags
-from experiments import worker_flags
+from datasets import training_data
 from experiments import privacy_flags
+from experiments import training_flags
+from experiments import worker_flags
 from tff_idp import cli
 from tff_idp import model_catalog
 from tff_idp.execution import runtime
-from tff_idp.accounting import exact
 from tff_idp.accounting import validation
 from tff_idp.idp_fedavg import config as config_lib
 
 D = config_lib.TRAINING_DEFAULTS  # shared with tff_idp.run_idp_fedavg
-_BUDGETS = flags.DEFINE_list("budgets", [f"{b:g}" for b in D["budgets"]],
-                             "Per-group ε (inf allowed).")
-_RATIOS = flags.DEFINE_list("ratios", [f"{r:g}" for r in D["ratios"]],
-                            "Group ratios used by the 'idp' and 'scale' run specs.")
-_RUNS = flags.DEFINE_list(
-    "runs", ["nonprivate", "0-0-100", "34-43-23", "54-37-9", "100-0-0", "scale"],
-    "Run specs: nonprivate | A-B-C (IDP-SAMPLE with A%/B%/C% of clients per "
+training_flags.define(
+    D, runs=["nonprivate", "0-0-100", "34-43-23", "54-37-9", "100-0-0", "scale"],
+    seeds=[str(s) for s in range(8)],
+    runs_help="Run specs: nonprivate | A-B-C (IDP-SAMPLE with A%/B%/C% of clients per "
     "budget; one non-empty group = uniform DP) | idp (uses --ratios) | "
     "scale[:A-B-C] (SCALE baseline). --release_only: the default leaves nonprivate out, "
-    "and refuses it given (it trains without noise).")
-_SEEDS = flags.DEFINE_list(
-    "seeds", [str(s) for s in range(8)],
-    "Training seeds (model init, data order, group assignment); accuracies are "
+    "and refuses it given (it trains without noise).",
+    seeds_help="Training seeds (model init, data order, group assignment); accuracies are "
     "averaged over them and runs are paired by seed for the table's t-tests.")
-_ROUNDS = flags.DEFINE_integer("rounds", D["rounds"], "Federated rounds.")
-_CLIENTS_PER_ROUND = flags.DEFINE_float(
-    "clients_per_round", D["clients_per_round"],
-    "Expected clients per round c. The noise on the mean update is z_Δ·C/c per "
-    "coordinate; with the default σ_b = 0.05·c it must exceed 20σ.")
-_LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", D["local_epochs"],
-                                     "Local epochs per round.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", D["batch_size"], "Client batch size.")
-_CLIENT_LR = flags.DEFINE_float("client_learning_rate", D["client_learning_rate"],
-                                "Client learning rate.")
-_CLIENT_OPT = flags.DEFINE_enum("client_optimizer", D["client_optimizer"], ["sgd", "adam"],
-                                "Client optimizer.")
-_SERVER_LR = flags.DEFINE_float("server_learning_rate", D["server_learning_rate"],
-                                "Server SGD learning rate.")
-_DELTA = flags.DEFINE_float("delta", D["delta"], "Target δ.")
-_ACCOUNTANT = flags.DEFINE_enum("accountant", D["accountant"], list(exact.ACCOUNTANTS),
-                                "Privacy accountant for calibration and the ledger.")
+flags.adopt_module_key_flags(training_flags)  # --help lists them as this command's
 _IID = flags.DEFINE_bool(
     "iid", True, "i.i.d. Synthetic (default). --noiid gives Synthetic(α, β), whose "
     "per-client labelling functions leave little for one global model to learn.")
@@ -99,14 +60,6 @@ _NUM_FEATURES = flags.DEFINE_integer("num_features", 60, "Synthetic feature dime
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 10, "Synthetic classes.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "runs/idp_fedavg",
                                   "Metrics, checkpoints and summaries go here.")
-_EVAL_EVERY = flags.DEFINE_integer("eval_every", D["eval_every"],
-                                   "Evaluate every k rounds (the accuracy plot's points).")
-_CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", D["checkpoint_every"],
-                                         "Checkpoint every k rounds.")
-_ALLOW_OVERRUN = flags.DEFINE_bool("allow_overrun", D["allow_overrun"],
-                                   "Run past the calibrated rounds (reported).")
-_MAX_RATE = flags.DEFINE_float("max_rate", D["max_rate"],
-                               "Cap on any client's sampling rate.")
 _MODEL = flags.DEFINE_enum(
     "model", D["model"], list(model_catalog.MODELS),
     "logreg (multinomial logistic regression) or mlp (64 hidden units) for feature "
@@ -125,11 +78,6 @@ _PARTITION = flags.DEFINE_string("partition", None,
                                  "tfds:<name> / built-in datasets: the partition.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None,
                                 "tfds:<name>: the TFDS data_dir; built-in: source files.")
-_RESTART = flags.DEFINE_bool(
-    "restart", False, "Discard the checkpoints and metrics in --output_dir and start "
-    "fresh (default: resume; a finished run is reported, not retrained).")
-_DEVICE = flags.DEFINE_enum("device", "cpu", ["cpu", "gpu"], "TFF worker device.")
-_PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 _INITIAL_CLIP = flags.DEFINE_float(
     "initial_clip", D["initial_clip"],
     "Adaptive clipping's C at round 0, near its steady state here. Andrew et al. "
@@ -141,35 +89,13 @@ _CLIPPED_COUNT_STDDEV = flags.DEFINE_float(
     "would be infeasible (then z_Δ ≈ 1.155σ). Needs σ_b > σ/2; the "
     "value noise z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2) shrinks toward σ as σ_b grows, the "
     "clip's estimate gets noisier. Accounted either way: the ledger charges σ.")
-privacy_flags.define()
-audit_flags.define()
-worker_flags.define()
-worker_flags.define_client_execution()
 
 
 def training_config() -> config_lib.TrainingConfig:
   """The flags as a TrainingConfig (no TensorFlow); bad worker/execution flags raise here."""
-  execution_kwargs = worker_flags.training_kwargs(
-      audit_canaries=audit_flags.values()[audit_flags.AUDIT_CANARIES])
-  return config_lib.TrainingConfig(
-      budgets=cli.float_list("budgets"),
-      ratios=cli.float_list("ratios"),
-      # No release holds a run without noise (issue 48): --release_only drops or refuses it.
-      runs=privacy_flags.without_non_private("runs", _RUNS.value, ("nonprivate",)),
-      seeds=cli.int_list("seeds"),
-      rounds=_ROUNDS.value, clients_per_round=_CLIENTS_PER_ROUND.value,
-      local_epochs=_LOCAL_EPOCHS.value, batch_size=_BATCH_SIZE.value,
-      client_learning_rate=_CLIENT_LR.value, server_learning_rate=_SERVER_LR.value,
-      client_optimizer=_CLIENT_OPT.value, delta=_DELTA.value,
-      accountant=_ACCOUNTANT.value, output_dir=_OUTPUT_DIR.value,
-      eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value,
-      allow_overrun=_ALLOW_OVERRUN.value, max_rate=_MAX_RATE.value,
-      progress=_PROGRESS.value,
-      insecure_reproducible_noise=privacy_flags.insecure(),
-      release_only=privacy_flags.release_only(),
-      clipped_count_stddev=_CLIPPED_COUNT_STDDEV.value,
-      initial_clip=_INITIAL_CLIP.value, head=_HEAD.value, restart=_RESTART.value,
-      **audit_flags.values(), **execution_kwargs)
+  return training_flags.training_config(
+      training_flags.values(), _OUTPUT_DIR.value, head=_HEAD.value,
+      clipped_count_stddev=_CLIPPED_COUNT_STDDEV.value, initial_clip=_INITIAL_CLIP.value)
 
 
 def check() -> None:
@@ -177,7 +103,7 @@ def check() -> None:
   worker_flags.runtime_kwargs()
   config_lib.check_settings(training_config())
   if _DATASET.value == "synthetic":  # the embedded federation's size is known before any data
-    validation.check_cohort(_CLIENTS_PER_ROUND.value, _NUM_CLIENTS.value)
+    validation.check_cohort(flags.FLAGS.clients_per_round, _NUM_CLIENTS.value)
     synthetic_config()
   _refuse_flags_of_another_dataset()
 
@@ -229,13 +155,7 @@ def main(argv):
   privacy_flags.announce()
   config.output_dir = cli.prepare_output_dir(config.output_dir)
   if _DATASET.value == "synthetic":
-    data_config = synthetic_config()
-    train, _, central_test = synthetic.load_synthetic(data_config)
-    test = next(iter(central_test.batch(10**7)))
-    test_x, test_y = test["x"].numpy(), test["y"].numpy()
-    shape, num_classes, rescale = (data_config.num_features,), data_config.num_classes, 1.0
-    name = ("Synthetic IID" if data_config.iid else
-            f"Synthetic({data_config.alpha:g},{data_config.beta:g})")
+    data = training_data.embedded(synthetic_config())
   else:
     import datasets as datasets_lib  # pylint: disable=g-import-not-at-top
     given = lambda flag: flags.FLAGS[flag].present > 0  # noqa: E731
@@ -243,19 +163,18 @@ def main(argv):
         _DATASET.value, partition=_PARTITION.value,
         num_clients=_NUM_CLIENTS.value if given("num_clients") else None,
         seed=_DATA_SEED.value if given("data_seed") else None, data_dir=_DATA_DIR.value)
-    train = split.train_client_data()
-    test_x, test_y = split.evaluation_arrays()
-    info = split.info
-    shape, num_classes, rescale = tuple(info.input_shape), info.num_classes, info.rescale
-    name = f"{_DATASET.value} ({getattr(split, 'directory', '')})"
-  keras_builder = models.builder_for(shape, num_classes, _MODEL.value, _HEAD.value, rescale)
-  model_fn = models.tff_model_fn(keras_builder, models.input_spec_for(shape), head=_HEAD.value)
+    data = training_data.of_split(split, f"{_DATASET.value} ({getattr(split, 'directory', '')})")
+  train, test_x, test_y, name = data.train, data.test_x, data.test_y, data.name
+  keras_builder = models.builder_for(data.input_shape, data.num_classes, _MODEL.value,
+                                     _HEAD.value, data.rescale)
+  model_fn = models.tff_model_fn(keras_builder, models.input_spec_for(data.input_shape),
+                                 head=_HEAD.value)
   print(f"federation: {name}, {len(train.client_ids)} clients, "
         f"{len(test_y)} test examples; {config.rounds} rounds, "
         f"c={config.clients_per_round:g}, δ={config.delta:g}, {config.accountant}")
   try:
     common.validate(config, len(train.client_ids))
-    with runtime.execution_context(device=_DEVICE.value, **fleet_kwargs):
+    with runtime.execution_context(device=flags.FLAGS.device, **fleet_kwargs):
       results = common.run_all(config, train, model_fn, keras_builder, test_x, test_y)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)

@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from experiments import presets
 from tests.datasets import fakes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -17,34 +16,6 @@ def _run(module, args, timeout=300):
   return subprocess.run([sys.executable, "-m", module, "--progress=false", *args],
                         capture_output=True, text=True, timeout=timeout, env=env,
                         cwd=ROOT, stdin=subprocess.DEVNULL)
-
-
-def test_defaults_are_the_papers():
-  for name, p in presets.PRESETS.items():
-    assert (p.rounds, p.clients_per_round, p.local_epochs, p.batch_size) == (420, 30, 15, 128)
-    assert (p.client_optimizer, p.client_learning_rate, p.server_learning_rate) == (
-        "adam", 0.0005, 1.0)
-    assert p.runs == ("nonprivate", "0-0-100", "34-43-23", "54-37-9", "100-0-0")
-    assert p.info.num_clients == {"fmnist": 3383, "cifar10": 500, "svhn": 725}[name]
-  assert presets.PRESETS["fmnist"].budgets == ("1", "2", "3")
-  assert presets.PRESETS["fmnist"].delta == 1e-5            # the paper's code
-  for name in ("cifar10", "svhn"):
-    assert presets.PRESETS[name].budgets == ("10", "20", "30")
-    assert presets.PRESETS[name].delta == 1e-4
-  assert presets.ALDAGHRI["budgets"] == ("0.6", "inf", "inf")
-  assert presets.ALDAGHRI["runs"] == ("95-0-5",)
-  # Table I as printed in the paper (SVHN has no non-i.i.d. column).
-  assert presets.TABLE_I[("fmnist", False)]["100-0-0"] == 90.7
-  assert presets.TABLE_I[("cifar10", True)]["nonprivate"] == 61.0
-  assert ("svhn", False) not in presets.TABLE_I
-
-
-def test_paper_table_puts_measured_next_to_table_i():
-  rows = [{"run": "nonprivate", "mean_accuracy": 0.5}, {"run": "95-0-5", "mean_accuracy": 0.8}]
-  t = presets.paper_table(presets.PRESETS["cifar10"], "pachinko", rows)
-  assert "| nonprivate | 50.0 | 44.2 |" in t and "| 95-0-5 | 80.0 | — |" in t
-  t = presets.paper_table(presets.PRESETS["fmnist"], "natural", rows, "aldaghri")
-  assert "| 95-0-5 | 80.0 | 90.8 |" in t
 
 
 def test_aldaghri_comparison_sets_its_budgets_runs_and_rate_cap():
