@@ -33,8 +33,6 @@ are present) and uses the paper's two-layer CNN.
 from __future__ import annotations
 
 import logging
-import math
-import os
 import sys
 
 from absl import flags
@@ -43,16 +41,14 @@ import numpy as np
 
 from experiments import privacy_flags
 from tff_idp import cli
-from tff_idp.engine import summary as summary_lib
 from tff_idp.centralized import filter_gd  # its TensorFlow parts import TF lazily
-from tff_idp.centralized.methods import DP_SGD_METHODS
+from tff_idp.centralized import settings
 from tff_idp.centralized.methods import METHODS
 from tff_idp.centralized.silo import Silo
 from tff_idp import preferences
-from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
 
-MODES = ("compare", "table3", "both")
+MODES = settings.MODES
 
 _MODE = flags.DEFINE_enum("mode", "both", list(MODES),
                           "compare: Table 2 + Fig. 7; table3: Table 3; both.")
@@ -148,74 +144,14 @@ def fmnist_silo(train_examples: int, test_examples: int, seed: int, data_dir,
               f"FMNIST (i.i.d. split, writers pooled, {len(y)} records)")
 
 
-def _floats(values, name: str) -> tuple:
-  try:
-    return tuple(float(v) for v in values)
-  except ValueError as e:
-    raise ValueError(f"--{name} must be numbers: {e}") from None
-
-
 def parse_config() -> dict:
-  """All flags, checked; raises ValueError with advice."""
-  methods = list(_METHODS.value)
-  unknown = sorted(set(methods) - set(METHODS))
-  if unknown or not methods:
-    raise ValueError(f"--methods has {unknown or 'nothing'}; choose from {', '.join(METHODS)}.")
-  seeds = [int(s) for s in _SEEDS.value]
-  if not seeds:
-    raise ValueError("--seeds is empty; give at least one seed.")
-  for name, value in (("steps", _STEPS.value), ("table3_steps", _T3_STEPS.value),
-                      ("table3_trials", _T3_TRIALS.value),
-                      ("table3_examples", _T3_EXAMPLES.value)):
-    if value < 1:
-      raise ValueError(f"--{name}={value} must be >= 1.")
-  for name, value in (("train_examples", _TRAIN.value), ("test_examples", _TEST.value),
-                      ("filter_steps", _FILTER_STEPS.value), ("eval_every", _EVAL_EVERY.value)):
-    if value < 0:
-      raise ValueError(f"--{name}={value} must be >= 0.")
-  if not _CLIP.value > 0 or math.isinf(_CLIP.value):
-    raise ValueError(f"--clip_norm={_CLIP.value} must be a finite number > 0.")
-  for name, value in (("learning_rate", _LR.value), ("filter_learning_rate", _FILTER_LR.value),
-                      ("table3_learning_rate", _T3_LR.value)):
-    if not value > 0 or math.isinf(value):
-      raise ValueError(f"--{name}={value} must be a finite number > 0.")
-  if _FILTER_NOISE.value < 0 or math.isinf(_FILTER_NOISE.value):
-    raise ValueError(f"--filter_noise_multiplier={_FILTER_NOISE.value} must be > 0 "
-                     "(or 0 to choose it from the budgets).")
-  if _FILTER_ALPHA.value != 0 and not _FILTER_ALPHA.value > 1:
-    raise ValueError(f"--filter_alpha={_FILTER_ALPHA.value} must be > 1 (or 0 for "
-                     "per-record orders).")
-  if _MODE.value != "compare" and 0 < _TRAIN.value < _T3_EXAMPLES.value:
-    # The silo holds at most --train_examples records (issue 50: refused after TF loaded).
-    raise ValueError(f"--table3_examples={_T3_EXAMPLES.value} exceeds the silo's at most "
-                     f"{_TRAIN.value} records (--train_examples): lower --table3_examples "
-                     "or raise --train_examples.")
-  levels = _floats(_LEVELS.value, "levels")
-  ratios = _floats(_LEVEL_RATIOS.value, "level_ratios")
-  try:
-    distribution = preferences.ThreeLevels(levels, ratios)  # checks ε > 0, ratios sum to 1
-  except ValueError as e:
-    raise ValueError(f"--levels/--level_ratios: {e}") from None
-  # TwoStageParams checks σ, δ and the steps with advice.
-  TwoStageParams(_NOISE.value, _STEPS.value, 1, 1.0, _DELTA.value)
-  TwoStageParams(_T3_NOISE.value, _T3_STEPS.value, 1, 1.0, _DELTA.value)
+  """All flags, checked (:func:`tff_idp.centralized.settings.checked`); ValueError with advice."""
+  values = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
+  cfg = settings.checked(dict(values, insecure_reproducible_noise=privacy_flags.insecure()))
   if _DATASET.value == "synthetic":  # issue 33: these were ignored silently
     cli.refuse_inapplicable(("data_dir", "split_dir"), "they locate FMNIST's files, and "
                             "--dataset=synthetic is generated")
-  return {
-      "mode": _MODE.value, "methods": methods, "seeds": seeds, "distribution": distribution,
-      "noise_multiplier": _NOISE.value, "steps": _STEPS.value, "clip_norm": _CLIP.value,
-      "learning_rate": _LR.value, "delta": _DELTA.value,
-      "filter_noise_multiplier": _FILTER_NOISE.value,
-      "filter_steps": _FILTER_STEPS.value or _STEPS.value,
-      "filter_learning_rate": _FILTER_LR.value,
-      "filter_alpha": _FILTER_ALPHA.value or None, "filter_check": _FILTER_CHECK.value,
-      "eval_every": _EVAL_EVERY.value, "data_seed": _DATA_SEED.value,
-      "budget_seed": _BUDGET_SEED.value, "table3_examples": _T3_EXAMPLES.value,
-      "table3_trials": _T3_TRIALS.value, "table3_noise_multiplier": _T3_NOISE.value,
-      "table3_steps": _T3_STEPS.value, "table3_learning_rate": _T3_LR.value,
-      "insecure_reproducible_noise": privacy_flags.insecure(),
-  }
+  return cfg
 
 
 @cli.entry
@@ -230,13 +166,7 @@ def main(argv):
     else:
       silo = fmnist_silo(_TRAIN.value, _TEST.value, _DATA_SEED.value, _DATA_DIR.value,
                          _SPLIT_DIR.value)
-    if cfg["mode"] != "compare" and cfg["table3_examples"] > len(silo.y):
-      raise ValueError(f"--table3_examples={cfg['table3_examples']} exceeds the silo's "
-                       f"{len(silo.y)} records (raise --train_examples).")
-    if (cfg["mode"] != "compare"
-        and not {"scf", "binary_search", "exact"} & set(cfg["methods"])):
-      raise ValueError("--mode=table3 compares DP-SGD rate methods; put scf and/or "
-                       "binary_search in --methods.")
+    settings.check_silo(cfg, len(silo.y))
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -249,39 +179,8 @@ def main(argv):
         f"L={cfg['clip_norm']:g}")
   # TensorFlow loads here, once the flags and the data are known to be valid.
   from tff_idp.centralized import runs  # pylint: disable=g-import-not-at-top
-  compare, table3, text = [], [], []
-  if cfg["mode"] in ("compare", "both"):
-    levels = ", ".join(f"ε={e:g} ({100 * r:g}%)" for e, r in
-                       zip(cfg["distribution"].epsilons, cfg["distribution"].ratios))
-    print(f"compare: ThreeLevels {levels}; DP-SGD σ={cfg['noise_multiplier']:g}, "
-          f"{cfg['steps']} steps, lr={cfg['learning_rate']:g}; seeds {cfg['seeds']}")
-    compare = runs.run_compare(silo, budgets, cfg["methods"], cfg["seeds"], cfg)
-    text.append("## Table 2: SCF vs BinarySearch vs Filter (centralized)\n\n"
-                + runs.format_compare(compare, len(cfg["seeds"])))
-    for row in compare:
-      if row["method"] == "filter":
-        text.append("## Fig. 7: Filter's active records\n\n" + runs.format_active(row, budgets))
-  if cfg["mode"] in ("table3", "both"):
-    methods = [m for m in cfg["methods"] if m in DP_SGD_METHODS]
-    print(f"table3: {cfg['table3_examples']}-record subset, σ={cfg['table3_noise_multiplier']:g}"
-          f", {cfg['table3_steps']} steps, {cfg['table3_trials']} trial(s), {methods}")
-    table3 = runs.run_table3(silo, methods, cfg)
-    text.append("## Table 3: SCF vs BinarySearch (calibration runtime, accuracy)\n\n"
-                + runs.format_table3(table3, cfg["table3_trials"]))
-  if warning:
-    text.insert(0, f"**{warning}** (--insecure_reproducible_noise)")
-  body = "\n\n".join(text)
-  with open(os.path.join(out_dir, "summary.md"), "w") as f:
-    f.write(f"{silo.name}\n\n{body}\n")
   config = {h.name: h.value for h in globals().values() if isinstance(h, flags.FlagHolder)}
-  # results: the comparison rows (table "compare"), then Table 3's (table "table3").
-  summary_lib.write_summary(
-      out_dir, "centralized", config, compare + table3, privacy_warning=warning,
-      details={"silo": silo.name, "records": len(silo.y),
-               "budget_counts": {str(e): int(c) for e, c in
-                                 zip(*np.unique(budgets, return_counts=True))},
-               "curves": {r["method"]: r["history"] for r in compare}})
-  runs.plot(compare, table3, os.path.join(out_dir, "centralized.png"))
+  body = runs.run_experiment(silo, budgets, cfg, out_dir, config, warning)
   print()
   print(body)
   print(f"\nsummary.md/json and centralized.png in {out_dir}")

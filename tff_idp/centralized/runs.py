@@ -18,6 +18,7 @@ are :mod:`tff_idp.engine.report`'s.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional, Sequence
 
 import numpy as np
@@ -27,9 +28,11 @@ from tff_idp.accounting.record import calibration as record_calibration
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.centralized import filter_gd
 from tff_idp.centralized import trainer
+from tff_idp.centralized.methods import DP_SGD_METHODS
 from tff_idp.centralized.methods import METHOD_NAMES
 from tff_idp.centralized.silo import Silo
 from tff_idp.engine import report
+from tff_idp.engine import summary as summary_lib
 from tff_idp.engine.privacy_randomness import PrivacyRandomness
 from tff_idp.engine.run_template import SeedResult
 from tff_idp.engine.run_template import run_grid
@@ -229,6 +232,48 @@ def run_table3(silo: Silo, methods: Sequence[str], cfg: dict) -> list[dict]:
   for row in rows:
     row["max_abs_q_difference_scf_vs_binary_search"] = family.agreement(row["scenario"])
   return rows
+
+
+def run_experiment(silo: Silo, budgets: np.ndarray, cfg: dict, out_dir: str,
+                   flag_config: dict, warning: Optional[str] = None) -> str:
+  """``experiments.centralized`` as one call: the modes of ``cfg``, then summary and plot.
+
+  Runs Table 2 and Fig. 7 (``mode`` compare or both) and Table 3 (table3 or
+  both), writes ``summary.md``, ``summary.json`` (rows: the comparison's,
+  then Table 3's; ``flag_config`` as the run's configuration) and
+  ``centralized.png`` to ``out_dir``, and returns the tables' text.
+  """
+  compare, table3, text = [], [], []
+  if cfg["mode"] in ("compare", "both"):
+    levels = ", ".join(f"ε={e:g} ({100 * r:g}%)" for e, r in
+                       zip(cfg["distribution"].epsilons, cfg["distribution"].ratios))
+    print(f"compare: ThreeLevels {levels}; DP-SGD σ={cfg['noise_multiplier']:g}, "
+          f"{cfg['steps']} steps, lr={cfg['learning_rate']:g}; seeds {cfg['seeds']}")
+    compare = run_compare(silo, budgets, cfg["methods"], cfg["seeds"], cfg)
+    text.append("## Table 2: SCF vs BinarySearch vs Filter (centralized)\n\n"
+                + format_compare(compare, len(cfg["seeds"])))
+    text += ["## Fig. 7: Filter's active records\n\n" + format_active(row, budgets)
+             for row in compare if row["method"] == "filter"]
+  if cfg["mode"] in ("table3", "both"):
+    methods = [m for m in cfg["methods"] if m in DP_SGD_METHODS]
+    print(f"table3: {cfg['table3_examples']}-record subset, σ={cfg['table3_noise_multiplier']:g}"
+          f", {cfg['table3_steps']} steps, {cfg['table3_trials']} trial(s), {methods}")
+    table3 = run_table3(silo, methods, cfg)
+    text.append("## Table 3: SCF vs BinarySearch (calibration runtime, accuracy)\n\n"
+                + format_table3(table3, cfg["table3_trials"]))
+  if warning:
+    text.insert(0, f"**{warning}** (--insecure_reproducible_noise)")
+  body = "\n\n".join(text)
+  with open(os.path.join(out_dir, "summary.md"), "w") as f:
+    f.write(f"{silo.name}\n\n{body}\n")
+  summary_lib.write_summary(
+      out_dir, "centralized", flag_config, compare + table3, privacy_warning=warning,
+      details={"silo": silo.name, "records": len(silo.y),
+               "budget_counts": {str(e): int(c) for e, c in
+                                 zip(*np.unique(budgets, return_counts=True))},
+               "curves": {r["method"]: r["history"] for r in compare}})
+  plot(compare, table3, os.path.join(out_dir, "centralized.png"))
+  return body
 
 
 def format_compare(rows: Sequence[dict], num_seeds: int) -> str:
