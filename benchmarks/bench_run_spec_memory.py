@@ -12,7 +12,10 @@ range, for each grid of ``--grids`` in turn, in one process each: clients
 trained in the TFF worker with TFF's compiled computations kept (``before``,
 as before issue 33 item 7) and released between run specs (``after``, what
 :func:`tff_idp.engine.run_template.run_grid` does), and clients trained in
-process (``after``):
+process (``after``). Last, ``--long_spec`` (issue 50 item 6) trains one run
+spec of ``4 × --rounds`` rounds in process and reads RSS every ``--rounds``
+rounds: its slope per round, times the rounds of a spec, is what the
+per-spec slope is made of once the compiled computations are released.
 
   .venv/bin/python -m benchmarks.bench_run_spec_memory [--specs=8] [--rounds=10]
 
@@ -36,6 +39,8 @@ _GRIDS = flags.DEFINE_list(
     "execution:variant per grid. execution: where the clients train (tff, in_process); "
     "variant: after (TFF's compiled computations released between run specs, the "
     "default) or before (not released, as before issue 33 item 7).")
+_LONG_SPEC = flags.DEFINE_bool(
+    "long_spec", True, "Also measure RSS per round within one run spec of 4 × --rounds rounds.")
 _OUT = flags.DEFINE_string("out", os.path.join(os.path.dirname(__file__), "results",
                                                "run_spec_memory.json"), "Result file.")
 
@@ -57,6 +62,16 @@ def rss_mib():
 from tff_idp.engine import run_template
 if sys.argv[6] == "before":  # as before issue 33 item 7: nothing released between specs
   run_template.runtime = type("Kept", (), {"release_compiled_computations": staticmethod(gc.collect)})
+if sys.argv[6] == "rounds":  # one long spec: RSS every `rounds` rounds
+  from tff_idp.engine import driver
+  check, count = driver.termination.check, [0]
+  def counting_check():
+    if count[0] and count[0] % int(sys.argv[2]) == 0:
+      gc.collect()
+      print("RSS", count[0], rss_mib(), flush=True)
+    count[0] += 1
+    return check()
+  driver.termination.check = counting_check
 end_spec = idp_runs._IdpFedAvgRuns.end_spec
 def measured_end_spec(self, spec, results):
   row = end_spec(self, spec, results)
@@ -73,6 +88,8 @@ x = rng.normal(size=(3000, 8)); y = (x[:, 0] - x[:, 2] > 0).astype(int)
 split = datasets.from_arrays(x[:2500], y[:2500], partition="dirichlet", num_clients=100,
                              alpha=0.5, test_x=x[2500:], test_y=y[2500:])
 runs = [f"{a}-{b}-{c}" for a, b, c in mixes] + [f"scale-{a}-{b}-{c}" for a, b, c in mixes]
+if sys.argv[6] == "rounds":
+  runs, rounds = runs[:1], 4 * rounds + 1
 tff_idp.run_idp_fedavg(split, output_dir=out, runs=runs, seeds=[0], rounds=rounds,
                        head="sigmoid", progress=False, client_execution=execution)
 """
@@ -113,6 +130,15 @@ def main(argv) -> int:
     results["grids"][grid] = {"rss_mib": rss, "slope_mib_per_spec": slope}
     print(f"{execution:10s} {variant:6s} RSS {rss[0]:.0f} → {rss[-1]:.0f} MiB over "
           f"{len(rss)} run specs; slope {slope:+.2f} MiB per run spec", flush=True)
+  if _LONG_SPEC.value:
+    with tempfile.TemporaryDirectory() as tmp:
+      rss = run_grid("in_process", "rounds", specs, _ROUNDS.value, tmp)[:4]
+    per_round = slope_mib_per_spec(rss, warmup=0) / _ROUNDS.value
+    results["long_spec"] = {"rss_mib_every_rounds": rss, "slope_mib_per_round": per_round,
+                            "slope_mib_per_spec_of_rounds": per_round * _ROUNDS.value}
+    print(f"in_process one spec of {4 * _ROUNDS.value} rounds: RSS {rss[0]:.0f} → {rss[-1]:.0f}"
+          f" MiB; slope {1024 * per_round:+.1f} KiB per round = "
+          f"{per_round * _ROUNDS.value:+.2f} MiB per {_ROUNDS.value}-round spec", flush=True)
   os.makedirs(os.path.dirname(_OUT.value), exist_ok=True)
   with open(_OUT.value, "w") as f:
     json.dump(results, f, indent=1)

@@ -19,8 +19,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
-# The structure train_model saves (TFF 0.87 does not export it).
-from tensorflow_federated.python.learning.programs import training_program_logic
 
 import tff_idp
 from tff_idp.apes.program_data import ApesDataSource
@@ -218,14 +216,14 @@ def _train(process, source, k, rounds, root):
 
 def _check_trained(process, manager, source, rounds):
   """The program's last saved state is round ``rounds``, and the model moved."""
-  async def load():
-    initial = await tff.program.materialize_value(process.initialize())
-    saved, version = await manager.load_latest(
-        training_program_logic.ProgramState(initial, 0, 0, source.iterator()))
-    return initial, saved, version
+  # The public loader (issue 51): no TFF-private ProgramState in the user's code.
+  trained = tff_idp.load_trained_state(manager, process, source)
 
-  initial, saved, version = asyncio.run(load())
-  assert version == rounds and saved[1] == rounds
+  async def initial_state():
+    return await tff.program.materialize_value(process.initialize())
+  initial = asyncio.run(initial_state())
+  assert trained.version == rounds and trained.round_number == rounds
+  saved = (trained.state,)
 
   def weights(state):
     return np.concatenate([np.ravel(w) for w in state.global_model_weights.trainable])

@@ -64,6 +64,8 @@ _PUBLIC = {
     # train_model: program state kept private, training metrics fit for a release
     "PrivateFileProgramStateManager": "tff_idp.engine.program_state",
     "ReleaseMetricsManager": "tff_idp.engine.release_metrics",
+    "load_trained_state": "tff_idp.engine.trained_state",
+    "TrainedState": "tff_idp.engine.trained_state",
     # the one ledger interface and the DpEvents this toolkit adds
     "PrivacyLedger": "tff_idp.accounting.ledger",
     "TwoStageSampledDpEvent": "tff_idp.accounting.events",
