@@ -40,7 +40,6 @@ import numpy as np
 
 from tff_idp import models
 from tff_idp import preferences
-from tff_idp.accounting.owner import plan as owner_plan
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.apes import defaults as apes_defaults
 from tff_idp.apes import runs as apes_runs
@@ -48,6 +47,7 @@ from tff_idp.centralized.silo import Silo
 from tff_idp.execution import runtime
 from tff_idp.idp_fedavg import config as idp_config
 from tff_idp.idp_fedavg import runs as runs_lib
+from tff_idp.ino_sgd import config as ino_config
 from tff_idp.ino_sgd import defaults as ino_defaults
 from tff_idp.ino_sgd import methods as ino_methods
 from tff_idp.ino_sgd import runs as ino_runs
@@ -302,9 +302,7 @@ def ino_owners(silo: Silo, num_classes: int, budgets: Any,
                budget_seed: int = 0) -> ino_methods.Owners:
   """The owners of INO-SGD's silo from ``budgets`` (see :func:`run_ino_sgd`)."""
   if isinstance(budgets, str) and budgets in preferences.DISTRIBUTIONS:
-    drawn = preferences.assign_record_budgets(preferences.DISTRIBUTIONS[budgets](),
-                                              [len(silo.y)], budget_seed)["0"]
-    return ino_methods.owners_by_record(silo.y, drawn, num_classes)
+    return ino_config.owners_by_drawn_budgets(silo.y, budgets, budget_seed, num_classes)
   if isinstance(budgets, (str, list, tuple)):
     return ino_methods.owners_by_class(
         silo.y, preferences.parse_class_budgets(budgets, num_classes))
@@ -373,17 +371,10 @@ def run_ino_sgd(split, *, output_dir: str, budgets: Any = _INO["budgets"],
          "ino_beta": float(ino_beta), "eval_every": int(eval_every), "data_seed": int(data_seed),
          "budget_seed": int(budget_seed), "progress": progress,
          "insecure_reproducible_noise": False, "release_only": bool(release_only)}
-  # Refuses an infeasible plan before any training, in one line.
-  owner_plan.plan_owners(cfg["epsilons"], np.bincount(owners.of_record,
-                                                      minlength=len(owners.epsilons)),
-                         cfg["delta"], cfg["steps"], batch, cfg["clip_norm"], mechanism)
-  runs = ino_methods.method_runs(cfg["methods"], cfg["drop_percents"])
-  rows, records = ino_runs.run_methods(silo, owners.of_record, owners.class_groups, cfg, runs,
-                                       cfg["seeds"], output_dir)
-  groups = list(dict.fromkeys(owners.class_groups.values()))
-  body = ino_runs.write_summary(
-      rows, records, cfg, groups, output_dir, title="INO-SGD on your data",
-      data_name=silo.name, group_epsilons=owners.epsilons if owners.by_class else None,
+  ino_config.check_plan(cfg, owners)  # an infeasible plan fails before any training
+  body, rows = ino_runs.compare(
+      silo, owners, cfg, output_dir, title="INO-SGD on your data",
+      group_epsilons=owners.epsilons if owners.by_class else None,
       details={"owners": dict(zip(owners.names, owners.epsilons)),
                "budgets": budgets if isinstance(budgets, str) else "given"})
   return RunResult(body, rows, output_dir)
