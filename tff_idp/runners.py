@@ -43,6 +43,8 @@ from tff_idp import preferences
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.apes import defaults as apes_defaults
 from tff_idp.apes import runs as apes_runs
+from tff_idp.audit import record_canaries
+from tff_idp.audit import report as audit_report
 from tff_idp.centralized.silo import Silo
 from tff_idp.execution import runtime
 from tff_idp.idp_fedavg import config as idp_config
@@ -51,6 +53,7 @@ from tff_idp.ino_sgd import config as ino_config
 from tff_idp.ino_sgd import defaults as ino_defaults
 from tff_idp.ino_sgd import methods as ino_methods
 from tff_idp.ino_sgd import runs as ino_runs
+from tff_idp.rpdp import config as rpdp_config
 from tff_idp.rpdp import record_level
 from tff_idp.rpdp import runs as record_runs
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
@@ -231,12 +234,8 @@ def run_rpdp(split, *, output_dir: str,
                                 f"{sorted(preferences.DISTRIBUTIONS)}, a distribution "
                                 "object or {client_id: per-record ε array}.")
       distribution = preferences.DISTRIBUTIONS[budgets]()
-    if fresh_budgets_per_seed:
-      record_budgets = lambda seed: preferences.assign_record_budgets(  # noqa: E731
-          distribution, records.sizes, preferences.per_seed_budget_seed(budget_seed, seed))
-    else:
-      record_budgets = preferences.assign_record_budgets(distribution, records.sizes,
-                                                         budget_seed)
+    record_budgets = rpdp_config.drawn_budgets(distribution, records.sizes, budget_seed,
+                                               fresh_budgets_per_seed)
     if dropout_cutoff is None:
       dropout_cutoff = preferences.expected_budget(distribution)
   given = dict(rounds=rounds, local_steps=local_steps, client_rate=client_rate,
@@ -248,14 +247,6 @@ def run_rpdp(split, *, output_dir: str,
   params = TwoStageParams(float(settings["noise_multiplier"]), int(settings["local_steps"]),
                           int(settings["rounds"]), float(settings["client_rate"]),
                           float(settings["delta"]), settings["threat_model"])
-  with _runtime(own_runtime, device):
-    rows = record_runs.run(federation, record_budgets, params, list(methods),
-                           [int(s) for s in seeds], output_dir,
-                           float(settings["clip_norm"]), float(settings["learning_rate"]),
-                           float(settings["privacy_free_batch"]), int(settings["eval_every"]),
-                           int(settings["checkpoint_every"]), progress, estimator,
-                           dropout_cutoff=dropout_cutoff, client_execution=client_execution,
-                           parallel_clients=parallel_clients)
   config = dict(methods=list(methods), **{k: settings[k] for k in (
                     "rounds", "local_steps", "client_rate", "noise_multiplier",
                     "clip_norm", "learning_rate", "delta", "threat_model")},
@@ -264,7 +255,44 @@ def run_rpdp(split, *, output_dir: str,
                 budget_seed=int(budget_seed), fresh_budgets_per_seed=bool(fresh_budgets_per_seed),
                 model=model if isinstance(model, str) else "custom", head=head,
                 estimator=estimator, dataset=federation.name)
-  table = record_runs.write_summary(rows, len(seeds), output_dir, config)
+  with _runtime(own_runtime, device):
+    return run_rpdp_federation(
+        federation, record_budgets, params, list(methods), [int(s) for s in seeds], output_dir,
+        config=config, clip_norm=float(settings["clip_norm"]),
+        learning_rate=float(settings["learning_rate"]),
+        privacy_free_batch=float(settings["privacy_free_batch"]),
+        eval_every=int(settings["eval_every"]),
+        checkpoint_every=int(settings["checkpoint_every"]), progress=progress,
+        estimator=estimator, dropout_cutoff=dropout_cutoff, client_execution=client_execution,
+        parallel_clients=parallel_clients)
+
+
+def run_rpdp_federation(federation: record_runs.Federation,
+                        budgets: Union[dict, Callable[[int], dict]], params: TwoStageParams,
+                        methods: Sequence[str], seeds: Sequence[int], output_dir: str, *,
+                        config: Mapping[str, Any], audit_canaries: int = 0,
+                        audit_seed: int = 0, audit_levels: Optional[Sequence[float]] = None,
+                        privacy_warning: Optional[str] = None, **run_kwargs: Any) -> RunResult:
+  """rPDP-FL's comparison (Alg. 3, §7.2) on a record-level federation whose budgets are known.
+
+  What :func:`run_rpdp` and ``experiments.rpdp`` run once the records have
+  their ε_ij (``budgets``, :func:`tff_idp.rpdp.config.assign_budgets`): every
+  method × seed (:func:`tff_idp.rpdp.runs.run` with ``run_kwargs``), with the
+  record-level canary audit where ``audit_canaries`` > 0
+  (:class:`tff_idp.audit.record_canaries.RecordCanaryAudit`, ``audit_seed``,
+  ``audit_levels``), then ``summary.md``/``summary.json``/``accuracy.png``
+  with ``config`` and, below the table, the audit's. Runs in the caller's
+  TFF execution context; a bad audit raises
+  :class:`tff_idp.rpdp.runs.AuditConfigError` before any training.
+  """
+  audit = (record_canaries.RecordCanaryAudit(audit_canaries, audit_seed, audit_levels)
+           if audit_canaries else None)
+  rows = record_runs.run(federation, budgets, params, methods, seeds, output_dir, audit=audit,
+                         **run_kwargs)
+  table = record_runs.write_summary(
+      rows, len(seeds), output_dir, dict(config), privacy_warning=privacy_warning,
+      sections=[("Empirical privacy audit (record-level canaries, first seed)",
+                 audit_report.format_record_audit_table(rows))])
   return RunResult(table, rows, output_dir)
 
 
