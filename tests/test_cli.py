@@ -64,6 +64,11 @@ def test_list_flag_items_are_parsed_and_checked(name, value, match):
     cli.check_flags(fv)
 
 
+def test_values_are_the_named_flags_for_a_call_by_the_same_names():
+  fv = _flag_values(rounds=("integer", 3), delta=("float", 1e-4), head=("string", "softmax"))
+  assert cli.values(("delta", "rounds"), fv) == {"delta": 1e-4, "rounds": 3}
+
+
 def test_valid_flags_pass_and_inf_budgets_are_allowed():
   fv = _flag_values(budgets=("list", ["1", "inf"]), seeds=("list", ["0", "3"]),
                     rounds=("integer", 5), delta=("float", 1e-5), alpha=("float", 0.0),

@@ -141,7 +141,6 @@ def norm(v):
 effective = {n: flags.FLAGS[n].value for n in own}
 if module == "experiments.ino_sgd":
   cfg = mod.parse_config()
-  preset = mod.PRESETS[cfg["preset"]]
   effective.update({k: cfg[k] for k in cfg if k in effective})
   effective["budgets"] = ",".join(f"{o}:{e:g}" for o, e in zip(cfg["owner_names"],
                                                                   cfg["epsilons"]))

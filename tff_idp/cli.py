@@ -31,7 +31,7 @@ import os
 import signal
 import sys
 import traceback
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -212,6 +212,12 @@ def int_list(name: str) -> list[int]:
   """The list flag ``name`` as integers, checked against :data:`LIST_RULES`."""
   rule = LIST_RULES.get(name, Rule("int"))
   return [parse_item(name, t, rule) for t in (flags.FLAGS[name].value or [])]
+
+
+def values(names: Sequence[str], flag_values: Optional[flags.FlagValues] = None) -> dict:
+  """``{name: --name's value}``: the flags a library call takes under their own names."""
+  fv = flags.FLAGS if flag_values is None else flag_values
+  return {name: fv[name].value for name in names}
 
 
 _FOREIGN_FLAG_MODULES = ("absl", "tensorflow", "jax", "tensorflow_federated", "google")

@@ -40,17 +40,20 @@ import numpy as np
 
 from tff_idp import models
 from tff_idp import preferences
-from tff_idp.accounting.owner import plan as owner_plan
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.apes import defaults as apes_defaults
 from tff_idp.apes import runs as apes_runs
+from tff_idp.audit import record_canaries
+from tff_idp.audit import report as audit_report
 from tff_idp.centralized.silo import Silo
 from tff_idp.execution import runtime
 from tff_idp.idp_fedavg import config as idp_config
 from tff_idp.idp_fedavg import runs as runs_lib
+from tff_idp.ino_sgd import config as ino_config
 from tff_idp.ino_sgd import defaults as ino_defaults
 from tff_idp.ino_sgd import methods as ino_methods
 from tff_idp.ino_sgd import runs as ino_runs
+from tff_idp.rpdp import config as rpdp_config
 from tff_idp.rpdp import record_level
 from tff_idp.rpdp import runs as record_runs
 from tff_idp.engine.privacy_randomness import NOT_PRIVATE_LABEL
@@ -231,12 +234,8 @@ def run_rpdp(split, *, output_dir: str,
                                 f"{sorted(preferences.DISTRIBUTIONS)}, a distribution "
                                 "object or {client_id: per-record ε array}.")
       distribution = preferences.DISTRIBUTIONS[budgets]()
-    if fresh_budgets_per_seed:
-      record_budgets = lambda seed: preferences.assign_record_budgets(  # noqa: E731
-          distribution, records.sizes, preferences.per_seed_budget_seed(budget_seed, seed))
-    else:
-      record_budgets = preferences.assign_record_budgets(distribution, records.sizes,
-                                                         budget_seed)
+    record_budgets = rpdp_config.drawn_budgets(distribution, records.sizes, budget_seed,
+                                               fresh_budgets_per_seed)
     if dropout_cutoff is None:
       dropout_cutoff = preferences.expected_budget(distribution)
   given = dict(rounds=rounds, local_steps=local_steps, client_rate=client_rate,
@@ -248,14 +247,6 @@ def run_rpdp(split, *, output_dir: str,
   params = TwoStageParams(float(settings["noise_multiplier"]), int(settings["local_steps"]),
                           int(settings["rounds"]), float(settings["client_rate"]),
                           float(settings["delta"]), settings["threat_model"])
-  with _runtime(own_runtime, device):
-    rows = record_runs.run(federation, record_budgets, params, list(methods),
-                           [int(s) for s in seeds], output_dir,
-                           float(settings["clip_norm"]), float(settings["learning_rate"]),
-                           float(settings["privacy_free_batch"]), int(settings["eval_every"]),
-                           int(settings["checkpoint_every"]), progress, estimator,
-                           dropout_cutoff=dropout_cutoff, client_execution=client_execution,
-                           parallel_clients=parallel_clients)
   config = dict(methods=list(methods), **{k: settings[k] for k in (
                     "rounds", "local_steps", "client_rate", "noise_multiplier",
                     "clip_norm", "learning_rate", "delta", "threat_model")},
@@ -264,7 +255,44 @@ def run_rpdp(split, *, output_dir: str,
                 budget_seed=int(budget_seed), fresh_budgets_per_seed=bool(fresh_budgets_per_seed),
                 model=model if isinstance(model, str) else "custom", head=head,
                 estimator=estimator, dataset=federation.name)
-  table = record_runs.write_summary(rows, len(seeds), output_dir, config)
+  with _runtime(own_runtime, device):
+    return run_rpdp_federation(
+        federation, record_budgets, params, list(methods), [int(s) for s in seeds], output_dir,
+        config=config, clip_norm=float(settings["clip_norm"]),
+        learning_rate=float(settings["learning_rate"]),
+        privacy_free_batch=float(settings["privacy_free_batch"]),
+        eval_every=int(settings["eval_every"]),
+        checkpoint_every=int(settings["checkpoint_every"]), progress=progress,
+        estimator=estimator, dropout_cutoff=dropout_cutoff, client_execution=client_execution,
+        parallel_clients=parallel_clients)
+
+
+def run_rpdp_federation(federation: record_runs.Federation,
+                        budgets: Union[dict, Callable[[int], dict]], params: TwoStageParams,
+                        methods: Sequence[str], seeds: Sequence[int], output_dir: str, *,
+                        config: Mapping[str, Any], audit_canaries: int = 0,
+                        audit_seed: int = 0, audit_levels: Optional[Sequence[float]] = None,
+                        privacy_warning: Optional[str] = None, **run_kwargs: Any) -> RunResult:
+  """rPDP-FL's comparison (Alg. 3, §7.2) on a record-level federation whose budgets are known.
+
+  What :func:`run_rpdp` and ``experiments.rpdp`` run once the records have
+  their ε_ij (``budgets``, :func:`tff_idp.rpdp.config.assign_budgets`): every
+  method × seed (:func:`tff_idp.rpdp.runs.run` with ``run_kwargs``), with the
+  record-level canary audit where ``audit_canaries`` > 0
+  (:class:`tff_idp.audit.record_canaries.RecordCanaryAudit`, ``audit_seed``,
+  ``audit_levels``), then ``summary.md``/``summary.json``/``accuracy.png``
+  with ``config`` and, below the table, the audit's. Runs in the caller's
+  TFF execution context; a bad audit raises
+  :class:`tff_idp.rpdp.runs.AuditConfigError` before any training.
+  """
+  audit = (record_canaries.RecordCanaryAudit(audit_canaries, audit_seed, audit_levels)
+           if audit_canaries else None)
+  rows = record_runs.run(federation, budgets, params, methods, seeds, output_dir, audit=audit,
+                         **run_kwargs)
+  table = record_runs.write_summary(
+      rows, len(seeds), output_dir, dict(config), privacy_warning=privacy_warning,
+      sections=[("Empirical privacy audit (record-level canaries, first seed)",
+                 audit_report.format_record_audit_table(rows))])
   return RunResult(table, rows, output_dir)
 
 
@@ -302,9 +330,7 @@ def ino_owners(silo: Silo, num_classes: int, budgets: Any,
                budget_seed: int = 0) -> ino_methods.Owners:
   """The owners of INO-SGD's silo from ``budgets`` (see :func:`run_ino_sgd`)."""
   if isinstance(budgets, str) and budgets in preferences.DISTRIBUTIONS:
-    drawn = preferences.assign_record_budgets(preferences.DISTRIBUTIONS[budgets](),
-                                              [len(silo.y)], budget_seed)["0"]
-    return ino_methods.owners_by_record(silo.y, drawn, num_classes)
+    return ino_config.owners_by_drawn_budgets(silo.y, budgets, budget_seed, num_classes)
   if isinstance(budgets, (str, list, tuple)):
     return ino_methods.owners_by_class(
         silo.y, preferences.parse_class_budgets(budgets, num_classes))
@@ -373,17 +399,10 @@ def run_ino_sgd(split, *, output_dir: str, budgets: Any = _INO["budgets"],
          "ino_beta": float(ino_beta), "eval_every": int(eval_every), "data_seed": int(data_seed),
          "budget_seed": int(budget_seed), "progress": progress,
          "insecure_reproducible_noise": False, "release_only": bool(release_only)}
-  # Refuses an infeasible plan before any training, in one line.
-  owner_plan.plan_owners(cfg["epsilons"], np.bincount(owners.of_record,
-                                                      minlength=len(owners.epsilons)),
-                         cfg["delta"], cfg["steps"], batch, cfg["clip_norm"], mechanism)
-  runs = ino_methods.method_runs(cfg["methods"], cfg["drop_percents"])
-  rows, records = ino_runs.run_methods(silo, owners.of_record, owners.class_groups, cfg, runs,
-                                       cfg["seeds"], output_dir)
-  groups = list(dict.fromkeys(owners.class_groups.values()))
-  body = ino_runs.write_summary(
-      rows, records, cfg, groups, output_dir, title="INO-SGD on your data",
-      data_name=silo.name, group_epsilons=owners.epsilons if owners.by_class else None,
+  ino_config.check_plan(cfg, owners)  # an infeasible plan fails before any training
+  body, rows = ino_runs.compare(
+      silo, owners, cfg, output_dir, title="INO-SGD on your data",
+      group_epsilons=owners.epsilons if owners.by_class else None,
       details={"owners": dict(zip(owners.names, owners.epsilons)),
                "budgets": budgets if isinstance(budgets, str) else "given"})
   return RunResult(body, rows, output_dir)

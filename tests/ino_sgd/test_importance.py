@@ -401,3 +401,13 @@ def test_argument_validation():
   # numpy scalars are fine
   tif = importance.beta_antiderivative(np.float32(2), np.int64(5), np.float64(3))
   assert tif.gamma == 3.0
+
+
+def test_the_local_step_weights_of_rpdp_are_none_for_dp_sgd_and_the_beta_tail_for_ino_sgd():
+  assert importance.local_step_weights("dp_sgd", 10.0, 1.0, 1.0) == (None, "dp_sgd")
+  weight_fn, label = importance.local_step_weights("ino_sgd", 10.0, 2.0, 1.0)
+  assert label == f"ino_sgd(γ=10, {importance.beta_antiderivative(2.0, 1.0, 10.0).name})"
+  rho = weight_fn(tf.constant([0.1, 5.0, 2.0]), tf.constant([1.0, 1.0, 1.0])).numpy()
+  assert rho.shape == (3,) and np.all((rho >= 0) & (rho <= 1))
+  with pytest.raises(ValueError, match="^--ino_gamma/--ino_alpha/--ino_beta: "):
+    importance.local_step_weights("ino_sgd", 10.0, 0.0, 1.0)

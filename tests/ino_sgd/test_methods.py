@@ -34,3 +34,13 @@ def test_owners_by_record_are_the_budget_levels_and_the_groups_are_classes():
     methods.owners_by_record(labels, np.ones(3), num_classes=2)
   with pytest.raises(ValueError, match="> 0"):
     methods.owners_by_record(labels, np.array([1.0, 0.0, 1.0, 1.0]), num_classes=2)
+
+
+def test_a_presets_owners_hold_their_classes_and_name_themselves_by_them():
+  labels = np.array([0, 5, 9, 4, 7])
+  owners = methods.owners_of_classes(labels, ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), [0.1, 1.0])
+  assert owners.names == ("0-4", "5-9") and owners.epsilons == (0.1, 1.0)
+  assert owners.of_record.tolist() == [0, 1, 1, 0, 1]
+  assert owners.classes_of_owners() == {"0-4": [0, 1, 2, 3, 4], "5-9": [5, 6, 7, 8, 9]}
+  by_record = methods.owners_by_record(np.array([0, 1]), np.array([1.0, 2.0]), num_classes=2)
+  assert by_record.classes_of_owners() is None  # the groups are classes, not owners

@@ -3,6 +3,7 @@ import types
 
 import numpy as np
 
+from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
 from tff_idp.rpdp import runs
 
 
@@ -137,3 +138,16 @@ def test_release_rows_give_a_release_table_and_summary(tmp_path):
   assert set(runs.NOT_PRIVATE_FIELDS) <= set(details["not_private"]["fields"])
   # A row with only some of the statistics still gets the labelled table (dashes).
   assert "| — |" in runs.format_table([dict(_release_row(), mean_budget=0.8)], 1)
+
+
+def test_the_line_before_training_names_the_settings_and_no_record_count_in_a_release():
+  federation = types.SimpleNamespace(
+      name="Synthetic IID, 2 silos × 2 users", test_y=np.zeros(7),
+      records=types.SimpleNamespace(sizes={"silo_00": 30, "silo_01": 12}))
+  params = TwoStageParams(2.0, 10, 30, 0.5, 1e-4, "type2")
+  line = runs.federation_line(federation, "three_levels", params, 1.0, "dp_sgd", False)
+  assert line == ("federation: Synthetic IID, 2 silos × 2 users: 42 records, 7 test; "
+                  "three_levels; T=30, τ=10, λ=0.5, σ=2, L=1, δ=0.0001, type2, local: dp_sgd")
+  release = runs.federation_line(federation, "three_levels", params, 1.0, "dp_sgd", True)
+  assert "records" not in release and release.startswith("federation: Synthetic IID, 2 silos "
+                                                           "× 2 users: 7 test; three_levels;")

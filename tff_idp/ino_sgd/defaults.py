@@ -13,10 +13,17 @@ notes §1.4-1.5), one tenth of the 1e-4 that the IDP-FedAvg, rPDP-FL (its paper'
 §7, outside Heart) and APES (user level) defaults use. Each family keeps
 its paper's δ so that its tables compare with the paper's; pass ``delta``
 (``--delta=1e-4``) to run INO-SGD at the others' δ.
+
+The command line's presets (:data:`PRESETS`, INO-SGD paper Table 3's settings
+MN, CM and CL, and the embedded one) are here too, beside the defaults the
+embedded preset takes.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
+
+import numpy as np
 
 from tff_idp.ino_sgd import methods
 
@@ -39,3 +46,61 @@ def expected_batch(given: Optional[float], records: int) -> float:
   if given is not None:
     return float(given)
   return float(min(1000.0, max(1.0, records / 10)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  """One INO-SGD setting: data, owners (class → owner), budgets, mechanism, hyperparameters."""
+  name: str
+  dataset: str                       # "synthetic", "fmnist" or "cifar10"
+  model: str                         # "logistic", "pc_mnist", "pc_cifar"
+  owners: tuple[tuple[int, ...], ...]  # classes of each owner
+  epsilons: tuple[float, ...]
+  mechanism: str
+  steps: int
+  expected_batch: Optional[float]    # None: a tenth of the records, at most 1,000
+  learning_rate: float
+  clip_norm: float
+  ino_gamma_ratio: float
+  ino_alpha: float
+  ino_beta: float
+  train_examples: int
+  test_examples: int
+  paper: Optional[dict] = None       # Table 3 numbers, where the paper printed them
+
+  @property
+  def owner_names(self) -> tuple[str, ...]:
+    return tuple(methods.classes_name(c) for c in self.owners)
+
+
+_TEN = tuple((c,) for c in range(10))
+PRESETS = {
+    # The defaults above on the embedded data; its owners are those of DEFAULTS["budgets"].
+    "embedded": Preset("embedded (MN setting, Synthetic IID)", "synthetic", "logistic",
+                       ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), (0.1, 1.0), DEFAULTS["mechanism"],
+                       steps=DEFAULTS["steps"], expected_batch=DEFAULTS["expected_batch"],
+                       learning_rate=DEFAULTS["learning_rate"], clip_norm=DEFAULTS["clip_norm"],
+                       ino_gamma_ratio=DEFAULTS["ino_gamma_ratio"],
+                       ino_alpha=DEFAULTS["ino_alpha"], ino_beta=DEFAULTS["ino_beta"],
+                       train_examples=EMBEDDED_TRAIN_EXAMPLES,
+                       test_examples=EMBEDDED_TEST_EXAMPLES),
+    "mn": Preset("MN (EMNIST digits, 2 owners)", "fmnist", "pc_mnist",
+                 ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9)), (0.1, 1.0), "sample",
+                 steps=1000, expected_batch=1000, learning_rate=2.0, clip_norm=1.0,
+                 ino_gamma_ratio=0.5, ino_alpha=4.0, ino_beta=1.0,
+                 train_examples=0, test_examples=0),
+    "cm": Preset("CM (CIFAR-10, 10 owners, ε 0.5..5, SCALE)", "cifar10", "pc_cifar", _TEN,
+                 tuple(np.round(np.linspace(0.5, 5, 10), 6)), "scale",
+                 steps=1000, expected_batch=1024, learning_rate=2.0, clip_norm=1.0,
+                 ino_gamma_ratio=0.5, ino_alpha=1.0, ino_beta=1.0,
+                 train_examples=0, test_examples=0),
+    "cl": Preset("CL (CIFAR-10, 10 owners, ε 6..15, SCALE)", "cifar10", "pc_cifar", _TEN,
+                 tuple(np.round(np.linspace(6, 15, 10), 6)), "scale",
+                 steps=1000, expected_batch=1024, learning_rate=2.0, clip_norm=1.0,
+                 ino_gamma_ratio=0.5, ino_alpha=1.0, ino_beta=1.0,
+                 train_examples=0, test_examples=0,
+                 paper={"IDP-SGD": 63.35, "Drop 10%": 62.48, "Drop 20%": 61.64,
+                        "Drop 30%": 60.41, "Drop 40%": 58.83, "Drop 50%": 56.47,
+                        "INO-SGD": 66.73, "_source": "Table 3, CL-PC (5 runs)"}),
+}
+"""``--preset``'s settings (module doc of ``experiments.ino_sgd``, docs/ino_sgd.md)."""

@@ -434,3 +434,23 @@ def ino_example_weight_fn(
     return importance_scores(losses, thresholds, antiderivative=tif)
 
   return weight_fn
+
+
+def local_step_weights(local_algorithm: str, gamma: float, alpha: float, beta: float
+                       ) -> tuple[Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]], str]:
+  """rPDP-FL's local step's weight hook and its label: none for dp_sgd, INO-SGD's for ino_sgd.
+
+  ``ino_sgd`` (``experiments.rpdp --local_algorithm=ino_sgd``) weights the
+  clipped gradients of rPDP-FL's local DP-SGD step with the Beta(α, β) tail of
+  length γ (:func:`ino_example_weight_fn` of :func:`beta_antiderivative`; Alg. 1,
+  C.2.5); its label, ``ino_sgd(γ=<γ>, <TIF>)``, names the local algorithm in
+  the printed line and the summary. A bad γ, α or β raises ValueError naming
+  ``--ino_gamma``/``--ino_alpha``/``--ino_beta``. ``dp_sgd``: ``(None, "dp_sgd")``.
+  """
+  if local_algorithm != "ino_sgd":
+    return None, local_algorithm
+  try:
+    tif = beta_antiderivative(alpha, beta, gamma)
+  except ValueError as e:
+    raise ValueError(f"--ino_gamma/--ino_alpha/--ino_beta: {e}") from None
+  return ino_example_weight_fn(antiderivative=tif), f"ino_sgd(γ={gamma:g}, {tif.name})"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -67,6 +67,24 @@ class Owners:
   def by_class(self) -> bool:
     """Whether the evaluation groups are the owners (budgets follow the classes)."""
     return set(self.class_groups.values()) == set(self.names)
+
+  def classes_of_owners(self) -> Optional[dict]:
+    """``{owner: its sorted classes}`` where owners are classes (:attr:`by_class`), else None."""
+    if not self.by_class:
+      return None
+    return {g: sorted(c for c, n in self.class_groups.items() if n == g) for g in self.names}
+
+
+def owners_of_classes(labels: np.ndarray, owners: Sequence[Sequence[int]],
+                      epsilons: Sequence[float]) -> Owners:
+  """Owner n holds the classes ``owners[n]`` at ``epsilons[n]`` (a preset's owners, INO-SGD §5).
+
+  Each owner is named by its classes (:func:`classes_name`), the group its
+  test records are reported under.
+  """
+  names = tuple(classes_name(c) for c in owners)
+  return Owners(owner_of_labels(labels, owners), tuple(epsilons), names,
+                {c: names[n] for n, classes in enumerate(owners) for c in classes})
 
 
 def owners_by_class(labels: np.ndarray, class_budgets: Mapping[int, float]) -> Owners:

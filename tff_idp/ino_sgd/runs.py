@@ -48,6 +48,8 @@ from tff_idp.engine.run_template import run_grid
 from tff_idp.engine.summary import sample_sd
 from tff_idp.ino_sgd import importance
 from tff_idp.ino_sgd.methods import MethodRun
+from tff_idp.ino_sgd.methods import Owners
+from tff_idp.ino_sgd.methods import method_runs
 from tff_idp.ino_sgd.methods import release_data_name
 
 class InoSgdRuns:
@@ -189,6 +191,23 @@ def run_methods(silo: Silo, owners: np.ndarray, class_groups: dict, cfg: dict,
   family = InoSgdRuns(silo, owners, class_groups, cfg, output_dir)
   rows = run_grid(runs, seeds, family)
   return rows, family.runs
+
+
+def compare(silo: Silo, owners: Owners, cfg: dict, output_dir: str,
+            **summary: Any) -> tuple[str, list[dict]]:
+  """The comparison of ``cfg["methods"]`` (INO-SGD paper §5, Table 3) on ``silo``'s owners.
+
+  Every method × seed (:func:`run_methods`; Drop once per ``cfg["drop_percents"]``),
+  then :func:`write_summary` with the groups of ``owners``, ``silo``'s name and
+  ``summary`` (its keyword arguments). Returns (the text printed, the rows).
+  What ``experiments.ino_sgd`` and :func:`tff_idp.runners.run_ino_sgd` run.
+  """
+  rows, records = run_methods(silo, owners.of_record, owners.class_groups, cfg,
+                              method_runs(cfg["methods"], cfg["drop_percents"]),
+                              cfg["seeds"], output_dir)
+  body = write_summary(rows, records, cfg, list(dict.fromkeys(owners.class_groups.values())),
+                       output_dir, data_name=silo.name, **summary)
+  return body, rows
 
 
 def group_heads(names: Sequence[str], epsilons=None) -> list[str]:

@@ -163,6 +163,21 @@ def training_line(config: Mapping) -> str:
           f"δ={config['delta']}, {config['threat_model']}")
 
 
+def federation_line(federation: Federation, budgets: str, params: TwoStageParams,
+                    clip_norm: float, local_algorithm: str, release_only: bool) -> str:
+  """The line printed before training: the federation, its budgets and Alg. 3's settings.
+
+  The exact record count is a statistic of the private records: under
+  ``release_only`` the line holds none (issue 48).
+  """
+  n = sum(federation.records.sizes.values())
+  records = "" if release_only else f"{n} records, "
+  return (f"federation: {federation.name}: {records}{len(federation.test_y)} test; "
+          f"{budgets}; T={params.rounds}, τ={params.local_steps}, "
+          f"λ={params.client_rate:g}, σ={params.noise_multiplier:g}, L={clip_norm:g}, "
+          f"δ={params.delta:g}, {params.threat_model}, local: {local_algorithm}")
+
+
 def format_table(results: list[dict], num_seeds: int) -> str:
   """The Fig. 8-style table; with budgets by class, per-group utility columns too.
 
