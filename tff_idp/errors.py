@@ -25,3 +25,11 @@ class ClientInputError(TffIdpError, TypeError):
 
 class OutputDirError(TffIdpError, OSError):
   """An output directory that cannot be used (unwritable, or locked by another run)."""
+
+
+class ComputationRefusedError(TffIdpError, ValueError):
+  """A TFF computation's own check refused its input in the worker (e.g. a clip scale out of range).
+
+  The worker reports it as a gRPC ``INTERNAL`` error; the message is the
+  check's own (what to change), not gRPC's wrapping.
+  """

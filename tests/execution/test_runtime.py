@@ -490,3 +490,60 @@ def test_values_alive_when_the_worker_stops_are_not_disposed_on_it(stop):
   finally:
     loop.close()
     rt.close()
+
+
+def test_a_computations_own_check_reaches_the_caller_as_its_message(tff_runtime):  # pylint: disable=unused-argument
+  """Issue 51: an assertion inside a computation came back as gRPC's _InactiveRpcError INTERNAL."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_idp.errors import ComputationRefusedError  # pylint: disable=g-import-not-at-top
+
+  @tff.tensorflow.computation(np.float32)
+  def positive(x):
+    with tf.control_dependencies([tf.debugging.assert_greater(x, 0.0,
+                                                              message="x must be > 0")]):
+      return tf.identity(x)
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def each(xs):
+    return tff.federated_map(positive, xs)
+
+  assert list(each([1.0, 2.0])) == [1.0, 2.0]
+  with pytest.raises(ComputationRefusedError) as refused:
+    each([1.0, -1.0])
+  message = str(refused.value)
+  assert message.startswith("a TFF computation refused its input: x must be > 0 (TensorFlow:")
+  assert "\n" not in message and "_InactiveRpcError" not in message
+
+
+class _FakeRpcError(Exception):
+  """What grpc raises: an RpcError that is also a Call with a code and details."""
+
+  def __init__(self, code, details):
+    super().__init__(details)
+    self._code, self._details = code, details
+
+  def code(self):
+    return self._code
+
+  def details(self):
+    return self._details
+
+
+def test_only_a_computations_refusal_is_translated():
+  import grpc  # pylint: disable=g-import-not-at-top
+  from tff_idp.execution import fleet  # pylint: disable=g-import-not-at-top
+  fake = type("Rpc", (_FakeRpcError, grpc.RpcError, grpc.Call), {})
+  for abstract in ("add_callback", "cancel", "is_active", "time_remaining",
+                   "initial_metadata", "trailing_metadata"):
+    setattr(fake, abstract, lambda self, *a: None)
+  refused = fleet.refusal_of(fake(grpc.StatusCode.INTERNAL, "Failed to run computation: "
+                                  "InvalidArgumentError: scale out of range"))
+  assert str(refused) == ("a TFF computation refused its input: (TensorFlow: "
+                          "InvalidArgumentError: scale out of range)")
+  assert fleet.refusal_of(fake(grpc.StatusCode.INVALID_ARGUMENT,
+                               "assertion failed: [q in [0, 1]] [x]")) is not None
+  assert fleet.refusal_of(fake(grpc.StatusCode.UNAVAILABLE, "assertion failed: [x]")) is None
+  assert fleet.refusal_of(fake(grpc.StatusCode.INTERNAL, "socket closed")) is None
+  assert fleet.refusal_of(ValueError("assertion failed: [x]")) is None

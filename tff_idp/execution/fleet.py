@@ -41,12 +41,14 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
+import re
 import threading
 import time
 from typing import Callable, Optional, Sequence
 
 import grpc
 
+from tff_idp.errors import ComputationRefusedError
 from tff_idp.errors import TffIdpError
 
 _LOG = logging.getLogger(__name__)
@@ -58,6 +60,31 @@ GRPC_OPTIONS = [  # messages up to 2 GB (model weights, client datasets)
     ("grpc.max_receive_message_length", 2 * 1000 * 1000 * 1000),
     ("grpc.max_send_message_length", 2 * 1000 * 1000 * 1000),
 ]
+
+
+_ASSERTION = re.compile(r"assertion failed: \[(?P<message>[^\]]*)\]")
+
+
+def refusal_of(error: BaseException) -> Optional[ComputationRefusedError]:
+  """The check a TFF computation failed in the worker, from its gRPC error; else None.
+
+  A ``tf.debugging.assert_*`` (or an ``InvalidArgumentError``) inside a
+  computation reaches the caller as ``_InactiveRpcError`` with status
+  ``INTERNAL`` and the TensorFlow message in its details (issue 51). This
+  turns it into one line led by the check's own message; any other gRPC
+  error (a worker gone, a deadline) is not a refusal and gives None.
+  """
+  if not isinstance(error, grpc.Call) or error.code() not in (
+      grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT):
+    return None
+  detail = " ".join((error.details() or "").split())
+  found = _ASSERTION.search(detail)
+  if found is None and "InvalidArgument" not in detail:
+    return None
+  detail = detail.replace("Failed to run computation: ", "")
+  lead = f"{found.group('message')} " if found else ""
+  return ComputationRefusedError(
+      f"a TFF computation refused its input: {lead}(TensorFlow: {detail[:300]})")
 
 
 class WorkerError(TffIdpError, RuntimeError):

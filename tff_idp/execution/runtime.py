@@ -622,7 +622,13 @@ class ExecutionRuntime:
 
   def _wait(self, future):
     watchdog = self.check_worker if self.workers is None else None
-    return fleet.wait_interruptibly(future, _WATCHDOG_POLL_S, watchdog)
+    try:
+      return fleet.wait_interruptibly(future, _WATCHDOG_POLL_S, watchdog)
+    except grpc.RpcError as e:  # a computation's own check, not gRPC's wrapping (issue 51)
+      refused = fleet.refusal_of(e)
+      if refused is None:
+        raise
+      raise refused from None
 
   def _local_context(self):
     # pylint: disable=g-import-not-at-top
