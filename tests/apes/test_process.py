@@ -207,6 +207,30 @@ def test_none_is_tff_fedprox():
                              atol=1e-6)
 
 
+def test_stock_optimizers_replace_the_learning_rates():
+  """Issue 51: client_optimizer / server_optimizer as the other families' builders take them."""
+  ours = build_apes_process(MODEL_FN, mechanism="none",
+                            client_optimizer=tff.learning.optimizers.build_adam(0.05),
+                            server_optimizer=tff.learning.optimizers.build_sgdm(0.5, 0.9))
+  theirs = tff.learning.algorithms.build_unweighted_fed_prox(
+      MODEL_FN, 0.01, tff.learning.optimizers.build_adam(0.05),
+      tff.learning.optimizers.build_sgdm(0.5, 0.9))
+  out_ours = ours.next(ours.initialize(), _inputs())
+  out_theirs = theirs.next(theirs.initialize(), DATASETS)
+  np.testing.assert_allclose(_flat(ours.get_model_weights(out_ours.state).trainable),
+                             _flat(theirs.get_model_weights(out_theirs.state).trainable),
+                             atol=1e-6)
+  sgd = tff.learning.optimizers.build_sgdm(0.5)
+  with pytest.raises(ToolkitValueError, match="exactly one of them"):
+    build_apes_process(MODEL_FN, mechanism="none")
+  with pytest.raises(ToolkitValueError, match="exactly one of them"):
+    build_apes_process(MODEL_FN, mechanism="none", client_learning_rate=0.5,
+                       client_optimizer=sgd)
+  with pytest.raises(ToolkitValueError, match="drop server_learning_rate"):
+    build_apes_process(MODEL_FN, mechanism="none", client_optimizer=sgd,
+                       server_optimizer=sgd, server_learning_rate=0.5)
+
+
 def test_local_epochs_repeat_the_data():
   twice = _client_reports("none", _inputs(), local_epochs=2)
   repeated = _client_reports("none", _inputs([d.repeat(2) for d in DATASETS]))

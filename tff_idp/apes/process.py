@@ -71,7 +71,9 @@ def _sparse_debias_for(mechanism: str, sparse_debias: Optional[str]) -> str:
 
 
 def build_apes_process(
-    model_fn: ModelFn, *, mechanism: str, client_learning_rate: float,
+    model_fn: ModelFn, *, mechanism: str, client_learning_rate: Optional[float] = None,
+    client_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
+    server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None,
     clip: Optional[float] = None, epsilons: Optional[Sequence[float]] = None,
     keep: Optional[int] = None, server_learning_rate: float = 1.0,
     proximal_strength: float = 0.01, local_epochs: int = 1,
@@ -89,7 +91,13 @@ def build_apes_process(
     mechanism: "none", "clip_laplace", "sparse_clip_laplace" (S-APES with a
       secret random b-subset, sound at ε_i locally), "sparse_clip_laplace_top_b"
       (the paper's post-top-b; only d·ε_i/b locally) or "laplace".
-    client_learning_rate: the clients' SGD learning rate.
+    client_learning_rate: the clients' SGD learning rate; or
+    client_optimizer: any TFF client optimizer, as the other families' builders
+      take (issue 51; exactly one of the two). Local training happens before
+      the clip and the randomizer, so the optimizer does not change what a
+      report reveals.
+    server_optimizer: any TFF server optimizer (post-processing of the
+      de-biased mean); default server SGD at ``server_learning_rate``.
     clip: C > 0, the per-coordinate clip bound (all but "none").
     epsilons: the population's budget multiset, one per client ("clip_laplace"
       and "sparse_clip_laplace": the de-bias needs it; ignored otherwise).
@@ -120,11 +128,21 @@ def build_apes_process(
   stock_keywords.refuse_metrics_aggregator(
       builder, metrics_aggregator, "APES's client work reports its own training metrics, "
       "which its vectorized rounds reproduce exactly")
+  if (client_learning_rate is None) == (client_optimizer is None):
+    raise ToolkitValueError(
+        f"{builder}: give client_learning_rate (client SGD) or client_optimizer (any TFF "
+        "optimizer), exactly one of them.")
+  if server_optimizer is not None and server_learning_rate != 1.0:
+    raise ToolkitValueError(
+        f"{builder}: server_learning_rate={server_learning_rate!r} applies to the default "
+        "server SGD; with server_optimizer, set its learning rate there and drop "
+        "server_learning_rate.")
   return _build_parts(
       model_fn, mechanism=mechanism, client_learning_rate=client_learning_rate, clip=clip,
       epsilons=epsilons, keep=keep, server_learning_rate=server_learning_rate,
       proximal_strength=proximal_strength, local_epochs=local_epochs,
-      num_reports=num_reports, sparse_debias=sparse_debias, grid_points=grid_points).process
+      num_reports=num_reports, sparse_debias=sparse_debias, grid_points=grid_points,
+      client_optimizer=client_optimizer, server_optimizer=server_optimizer).process
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,14 +154,20 @@ class _ApesParts:
   client_optimizer: tff.learning.optimizers.Optimizer
 
 
-def _build_parts(model_fn: ModelFn, *, mechanism: str, client_learning_rate: float,
+def _build_parts(model_fn: ModelFn, *, mechanism: str, client_learning_rate: Optional[float],
                  clip: Optional[float], epsilons: Optional[Sequence[float]],
                  keep: Optional[int], server_learning_rate: float, proximal_strength: float,
                  local_epochs: int, num_reports: Optional[int], sparse_debias: Optional[str],
-                 grid_points: int) -> _ApesParts:
-  """The checked settings' TFF process (:func:`build_apes_process`) and its parts."""
+                 grid_points: int, client_optimizer: Optional[Any] = None,
+                 server_optimizer: Optional[Any] = None) -> _ApesParts:
+  """The checked settings' TFF process (:func:`build_apes_process`) and its parts.
+
+  ``client_optimizer``/``server_optimizer`` replace the SGD of
+  ``client_learning_rate``/``server_learning_rate`` where given.
+  """
   check_mechanism(mechanism)
-  if not (isinstance(client_learning_rate, (int, float)) and client_learning_rate > 0):
+  if client_optimizer is None and not (
+      isinstance(client_learning_rate, (int, float)) and client_learning_rate > 0):
     raise ToolkitValueError(f"client_learning_rate={client_learning_rate!r} must be > 0.")
   if not (isinstance(server_learning_rate, (int, float)) and server_learning_rate > 0):
     raise ToolkitValueError(f"server_learning_rate={server_learning_rate!r} must be > 0.")
@@ -155,7 +179,8 @@ def _build_parts(model_fn: ModelFn, *, mechanism: str, client_learning_rate: flo
         "server de-biases the mean with it.")
   if epsilons is not None:
     clip_laplace.check_epsilon(np.asarray(epsilons, np.float64).ravel(), "epsilons")
-  client_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=client_learning_rate)
+  if client_optimizer is None:
+    client_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=client_learning_rate)
   client_work = build_ldp_client_work(
       model_fn, mechanism=mechanism, client_optimizer=client_optimizer,
       clip=clip, keep=keep, proximal_strength=proximal_strength, local_epochs=local_epochs)
@@ -175,7 +200,8 @@ def _build_parts(model_fn: ModelFn, *, mechanism: str, client_learning_rate: flo
   aggregator = tff.aggregators.as_weighted_aggregator(factory).create(
       client_work.next.type_signature.result.result.member.update,
       tff.TensorType(np.float32))
-  server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate)
+  if server_optimizer is None:
+    server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=server_learning_rate)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                                      weights_type)
   process = tff.learning.templates.compose_learning_process(
