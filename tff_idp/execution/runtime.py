@@ -61,6 +61,7 @@ import grpc
 import portpicker
 
 from tff_idp import console
+from tff_idp.execution import client_input_hints
 from tff_idp.execution import fleet
 from tff_idp.execution import listen_address as listen
 from tff_idp.errors import TffIdpError
@@ -682,6 +683,7 @@ class ExecutionRuntime:
         context = self._local_context()
       else:
         context = self._fleet_context()
+      context.invoke = client_input_hints.explaining_client_inputs(context.invoke)
       self.context = context
       _active.append(self)
       stack = context_stack_impl.context_stack
