@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_round_throughput
 	$(PY) -m benchmarks.bench_small_model_rounds
 	$(PY) -m benchmarks.bench_large_cohorts
+	$(PY) -m benchmarks.bench_runner_cohorts
 	$(PY) -m benchmarks.bench_apes_rounds
 	$(PY) -m benchmarks.bench_rpdp_cohorts
 	$(PY) -m benchmarks.bench_workers
@@ -64,6 +65,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_worker_memory
 	$(PY) -m benchmarks.bench_default_hyperparameters
 	$(PY) -m benchmarks.bench_run_spec_memory
+	$(PY) -m benchmarks.bench_small_silo
 
 # Mutation testing (mutmut 3; setup.cfg [mutmut] lists the modules and their mirrored tests).
 # A fresh run each time; the per-module kill rates and the survivors are printed at the end
