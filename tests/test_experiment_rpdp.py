@@ -247,7 +247,11 @@ def test_command_line_bad_flag_exits_2(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dataset", ["cifar10", "fmnist"])
+@pytest.mark.parametrize("dataset", [
+    # make bench (issue 52); in make test: fmnist below (the same split builder and rPDP-FL
+    # run on local files) and the 32x32x3 CNN's rounds in tests/idp_fedavg/test_in_process.py
+    pytest.param("cifar10", marks=pytest.mark.bench),
+    "fmnist"])
 def test_rpdp_on_a_datasets_split_built_from_local_files(dataset, tmp_path):
   """The MNIST- / CIFAR-shaped path: a tiny split built from fake source files."""
   from tests.datasets import fakes  # pylint: disable=g-import-not-at-top

@@ -91,6 +91,9 @@ def test_bad_dataset_path_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # make bench (issue 52); in make test: the CIFAR-10 preset's two rounds
+# (tests/test_experiment_presets.py, the same preset runner) and
+# test_idp_fedavg_cli_runs_a_saved_split (--dataset=<saved split>)
 def test_paper_preset_runs_on_a_saved_image_split(tmp_path):
   rng = np.random.default_rng(1)
   x = rng.integers(0, 256, size=(400, 28, 28, 1)).astype(np.uint8)

@@ -256,11 +256,11 @@ def test_tls_and_mutual_tls(workers, tmp_path):
 # ------------------------------------------------------ end to end (slow)
 @pytest.mark.slow
 def test_idp_fedavg_and_scale_on_three_workers_equal_one_worker(shared_fleet, tmp_path):
-  local = _run("experiments.idp_fedavg", [*IDP_ARGS, "--rounds=4",
+  local = _run("experiments.idp_fedavg", [*IDP_ARGS, "--rounds=2",
                                           f"--output_dir={tmp_path / 'local'}"])
   assert local.returncode == 0, local.stderr[-3000:]
   addresses = ",".join(shared_fleet)
-  remote = _run("experiments.idp_fedavg", [*IDP_ARGS, "--rounds=4", f"--workers={addresses}",
+  remote = _run("experiments.idp_fedavg", [*IDP_ARGS, "--rounds=2", f"--workers={addresses}",
                                            f"--output_dir={tmp_path / 'fleet'}"])
   assert remote.returncode == 0, remote.stderr[-3000:]
   for run in ("34-43-23", "scale-34-43-23"):
