@@ -96,6 +96,8 @@ def test_a_vectorized_round_with_no_sampled_client_equals_the_tff_round(noise):
   tff_process = process.build_idp_fedavg_driver_process(LOGREG_FN, client_execution="tff",
                                                         **kwargs)
   assert (vectorized.presummed_aggregation is None) == (noise is None)
+  # The non-private mean gets the cohort as one client (issue 49); the DP mean presums.
+  assert vectorized.collapse_weighted_mean == (noise is None)
   state = tff_process.initialize()
   a, b = tff_process.next(state, []), vectorized.next(state, [])
   assert tf.nest.map_structure(lambda *_: None, a.metrics) == \
@@ -400,3 +402,22 @@ def test_a_failing_client_stops_the_cohort_and_close_stops_the_threads():
   assert running.result() is True
   with pytest.raises(RuntimeError):
     fast.next(state, [1, 2])
+
+
+def test_the_cohort_goes_to_a_weighted_mean_as_one_client_its_weighted_mean():
+  """Issue 49: Σ w_i u_i / Σ w_i at weight Σ w_i, so TFF's mean over it is the cohort's."""
+  from tff_idp.engine.in_process_round import cohort_as_one_client  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  updates = [[rng.normal(size=(3, 2)).astype(np.float32), rng.normal(size=2).astype(np.float32)]
+             for _ in range(5)]
+  weights = [np.float32(w) for w in (1, 0, 3, 2.5, 0)]  # zeros: padding or dropped clients
+  (mean,), (total,) = cohort_as_one_client(updates, weights)
+  assert total == np.float32(6.5) and isinstance(total, np.float32)
+  for k in range(2):
+    want = sum(w * u[k].astype(np.float64) for w, u in zip(weights, updates)) / 6.5
+    np.testing.assert_allclose(mean[k], want, rtol=1e-6)
+    assert mean[k].dtype == np.float32 and mean[k].shape == updates[0][k].shape
+  (zeros,), (nothing,) = cohort_as_one_client(updates, [np.float32(0)] * 5)
+  assert nothing == 0 and all(not z.any() for z in zeros)
+  assert [z.shape for z in zeros] == [(3, 2), (2,)]
+  assert cohort_as_one_client([], []) == ([], [])

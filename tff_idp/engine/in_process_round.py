@@ -67,6 +67,32 @@ class PresummedAggregation(Protocol):
     """The cohort's client-side part, summed (of type ``sums_type``)."""
 
 
+def cohort_as_one_client(updates: Sequence[Sequence[np.ndarray]], weights: Sequence[Any]
+                         ) -> tuple[list, list]:
+  """The cohort as one client of a weighted mean: ([Σ w_i u_i / Σ w_i], [Σ w_i]) (issue 49).
+
+  A weighted mean over one client of weight W is that client's value, so a
+  ``tff.aggregators.MeanFactory`` given this one client returns the cohort's
+  weighted mean (summed here in float64) without one TFF client value per
+  client, which at c = 1,000 was most of a non-private vectorized round. A
+  cohort whose weights sum to 0 (only padding, or every update dropped as
+  non-finite) gives zeros at weight 0, which the mean's ``no_nan_division``
+  turns into no change, as with the clients themselves. No noise is involved:
+  only for non-private means (a DP mean is presummed by its own aggregator,
+  :class:`PresummedAggregation`). An empty cohort is returned as it is.
+  """
+  if not updates:
+    return list(updates), list(weights)
+  w = np.asarray(weights, np.float64)
+  total = float(w.sum())
+  mean = []
+  for layer in zip(*updates):
+    stacked = np.stack([np.asarray(u, np.float64) for u in layer])
+    summed = np.tensordot(w, stacked, axes=1) if total > 0 else np.zeros(stacked.shape[1:])
+    mean.append((summed / total if total > 0 else summed).astype(np.asarray(layer[0]).dtype))
+  return [mean], [np.float32(total)]
+
+
 class ClientUpdate(Protocol):
   """One client's local training in this process (one model copy)."""
 
@@ -260,7 +286,10 @@ class InProcessLearningProcess:
   instead (issue 35's vectorized execution; ``client_updates`` is then
   empty). ``presummed_aggregation`` (a :class:`PresummedAggregation`, for a
   server step built with it): the cohort's updates are clipped and summed
-  here and the server step gets the sums. ``client_work_measurements`` maps the server step's
+  here and the server step gets the sums. ``collapse_weighted_mean``: the
+  server step's aggregator is a weighted mean (non-private IDP-FedAvg's
+  ``MeanFactory``), so the cohort goes to it as one client, its weighted mean
+  (:func:`cohort_as_one_client`, issue 49). ``client_work_measurements`` maps the server step's
   ``train_metrics`` to the reference's client work measurements
   (``OrderedDict(train=...)`` by default; APES reports ``()``). A server
   step built with ``stats_type=None`` takes no client statistics (the
@@ -276,11 +305,16 @@ class InProcessLearningProcess:
                next_client_work_state: Callable[[Any], Any] = lambda state: state,
                cohort_update: Optional[CohortUpdate] = None,
                client_work_measurements: Callable[[Any], Any] = _train_measurements,
-               presummed_aggregation: Optional[PresummedAggregation] = None):
+               presummed_aggregation: Optional[PresummedAggregation] = None,
+               collapse_weighted_mean: bool = False):
     if not client_updates and cohort_update is None:
       raise ValueError("an in-process learning process needs at least one client update.")
     self.cohort_update = cohort_update
     self.presummed_aggregation = presummed_aggregation
+    if collapse_weighted_mean and presummed_aggregation is not None:
+      raise ValueError("collapse_weighted_mean is for a weighted mean without a presummed "
+                       "aggregation.")
+    self.collapse_weighted_mean = collapse_weighted_mean
     self.reference = reference
     self.client_updates = list(client_updates)
     self.server_step = server_step
@@ -335,6 +369,8 @@ class InProcessLearningProcess:
       args = [state.aggregator, state.finalizer, weights,
               self.presummed_aggregation.client_sums(state.aggregator, updates, update_weights)]
     else:
+      if self.collapse_weighted_mean:
+        updates, update_weights = cohort_as_one_client(updates, update_weights)
       args = [state.aggregator, state.finalizer, weights, updates, update_weights]
     if self._stats_at_server:
       args.append(sum_client_stats([r[2] for r in results], self._summed_stats_type))

@@ -231,13 +231,15 @@ def build_idp_fedavg_driver_process(
     cohort_update = vectorized.VectorizedModelDeltaUpdate(
         model_fn, client_optimizer, weighting, clip_scale=per_client_clip_scale)
     # The DP mean clips and sums the stacked cohort here and noises the sums in
-    # TFF (the same mechanism, issue 35); the non-private mean stays per client.
+    # TFF (the same mechanism, issue 35).
     presummed = (factory.create_presummed(weights_type.trainable)
                  if isinstance(factory, AdaptiveClipDPMeanFactory) else None)
+    # The non-private mean takes the cohort as one client, its weighted mean (issue 49).
     return in_process.InProcessLearningProcess(
         process, [], in_process.build_server_step(aggregator, finalizer, cohort_update,
                                                   stats_at_server=True, presummed=presummed),
-        cohort_update=cohort_update, presummed_aggregation=presummed)
+        cohort_update=cohort_update, presummed_aggregation=presummed,
+        collapse_weighted_mean=noise_multiplier is None)
   copies = parallel_clients or in_process.default_parallel_clients()
   client_updates = [in_process.ModelDeltaClientUpdate(model_fn, client_optimizer, weighting,
                                                      clip_scale=per_client_clip_scale)
