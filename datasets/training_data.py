@@ -6,7 +6,8 @@ a split that :func:`datasets.resolve` names; both become one
 :class:`TrainingData` (the training clients, the centralized test set and
 what the model needs to know about the inputs), so that the command lines
 hand the family's run template the same thing whatever the source.
-:func:`find_preset_split` finds (or prepares to build) a paper preset's split.
+:func:`find_preset_split` finds (or prepares to build) a paper preset's split;
+:func:`pooled_records` pools a built-in split's clients into one silo's records.
 """
 from __future__ import annotations
 
@@ -84,3 +85,26 @@ def find_preset_split(dataset: str, *, other: Optional[str], partition: str,
   if k is None:                                 # FMNIST: one client per writer
     k = sources.count_emnist_writers(location)
   return None, (spec, split_dir, k)
+
+
+def pooled_records(dataset: str, seed: int, data_dir: Optional[str], split_dir: Optional[str],
+                   train_examples: int, test_examples: int, factor: float) -> tuple:
+  """(x, y, test_x, test_y): a built-in dataset's i.i.d. split, every client pooled in one silo.
+
+  Built from local source files when present (never downloaded). A random
+  ``train_examples`` of the pooled records (0 = all, in a random order) and
+  the first ``test_examples`` test records (0 = all); pixels times ``factor``.
+  """
+  split = resolution.resolve(dataset, partition="iid", seed=seed, data_dir=data_dir,
+                             split_dir=split_dir, progress=False)
+  parts = list(split.train_arrays().values())
+  x = np.concatenate([a for a, _ in parts]) * factor
+  y = np.concatenate([b for _, b in parts])
+  order = np.random.default_rng(seed).permutation(len(y))
+  if train_examples:
+    order = order[:train_examples]
+  tx, ty = split.evaluation_arrays()
+  tx = tx * factor
+  if test_examples:
+    tx, ty = tx[:test_examples], ty[:test_examples]
+  return x[order], y[order], tx, ty

@@ -37,7 +37,6 @@ import sys
 
 from absl import flags
 from absl import logging as absl_logging
-import numpy as np
 
 from experiments import privacy_flags
 from tff_idp import cli
@@ -120,24 +119,13 @@ def fmnist_silo(train_examples: int, test_examples: int, seed: int, data_dir,
   Built from local source files when present (never downloaded); a random
   ``train_examples`` of the pooled records form the silo.
   """
-  from datasets import resolution  # pylint: disable=g-import-not-at-top
   from datasets import specs  # pylint: disable=g-import-not-at-top
+  from datasets import training_data  # pylint: disable=g-import-not-at-top
   from tff_idp import models  # pylint: disable=g-import-not-at-top
   info = specs.info("fmnist")
   # The rPDP-FL CNN expects [0, 1] inputs: rescale the stored pixels here.
-  split = resolution.resolve("fmnist", partition="iid", num_clients=None, seed=seed,
-                             data_dir=data_dir, split_dir=split_dir, progress=False)
-  parts = list(split.train_arrays().values())
-  x = np.concatenate([a for a, _ in parts]) * info.rescale
-  y = np.concatenate([b for _, b in parts])
-  order = np.random.default_rng(seed).permutation(len(y))
-  if train_examples:
-    order = order[:train_examples]
-  x, y = x[order], y[order]
-  tx, ty = split.evaluation_arrays()
-  tx = tx * info.rescale
-  if test_examples:
-    tx, ty = tx[:test_examples], ty[:test_examples]
+  x, y, tx, ty = training_data.pooled_records(
+      "fmnist", seed, data_dir, split_dir, train_examples, test_examples, info.rescale)
   shape = tuple(info.input_shape)
   return Silo(x, y, tx, ty,
               lambda s: models.build_rpdp_mnist_cnn(shape, info.num_classes, seed=s),

@@ -43,27 +43,17 @@ def preset_silo(preset: Preset, train_examples: int, test_examples: int, seed: i
     return Silo(p["x"], p["y"], p["test_x"], p["test_y"],
                 _builder("logistic", (config.num_features,), config.num_classes, 1.0),
                 f"Synthetic IID (pooled, {len(p['y'])} records)")
-  from datasets import resolution  # pylint: disable=g-import-not-at-top
   from datasets import specs  # pylint: disable=g-import-not-at-top
+  from datasets import training_data  # pylint: disable=g-import-not-at-top
   info = specs.info(preset.dataset)
   mnist_shaped = tuple(info.input_shape)[-1] == 1
-  split = resolution.resolve(preset.dataset, partition="iid", seed=seed, data_dir=data_dir,
-                             split_dir=split_dir, progress=False)
   factor = info.rescale if mnist_shaped else 1.0   # the MNIST CNN expects [0, 1] inputs
-  parts = list(split.train_arrays().values())
-  x = np.concatenate([a for a, _ in parts]) * factor
-  y = np.concatenate([b for _, b in parts])
-  order = np.random.default_rng(seed).permutation(len(y))
-  if train_examples:
-    order = order[:train_examples]
-  tx, ty = split.evaluation_arrays()
-  tx = tx * factor
-  if test_examples:
-    tx, ty = tx[:test_examples], ty[:test_examples]
+  x, y, tx, ty = training_data.pooled_records(
+      preset.dataset, seed, data_dir, split_dir, train_examples, test_examples, factor)
   builder = _builder(preset.model, tuple(info.input_shape), info.num_classes,
                      1.0 if mnist_shaped else info.rescale)
-  return Silo(x[order], y[order], tx, ty, builder,
-              f"{preset.dataset} (writers/clients pooled, {order.size} records)")
+  return Silo(x, y, tx, ty, builder,
+              f"{preset.dataset} (writers/clients pooled, {len(y)} records)")
 
 
 def ino_sgd_silo(preset: Preset, dataset: Optional[str], model: str, cfg: dict,
