@@ -421,3 +421,16 @@ def test_the_cohort_goes_to_a_weighted_mean_as_one_client_its_weighted_mean():
   assert nothing == 0 and all(not z.any() for z in zeros)
   assert [z.shape for z in zeros] == [(3, 2), (2,)]
   assert cohort_as_one_client([], []) == ([], [])
+
+
+def test_the_one_clients_mean_is_summed_in_float64_and_takes_fractional_weights():
+  """Weights below 1 in total still average (not zeros), and float32 accumulation would lose
+  the 1 between ±1e8 that the float64 sum keeps."""
+  from tff_idp.engine.in_process_round import cohort_as_one_client  # pylint: disable=g-import-not-at-top
+  updates = [[np.float32([1e8])], [np.float32([1.0])], [np.float32([-1e8])]]
+  (mean,), (total,) = cohort_as_one_client(updates, [np.float32(1)] * 3)
+  assert total == 3 and mean[0][0] == np.float32(1 / 3)
+  (mean,), (total,) = cohort_as_one_client([[np.float32([2.0])], [np.float32([4.0])]],
+                                           [np.float32(0.25), np.float32(0.5)])
+  assert total == np.float32(0.75)
+  np.testing.assert_allclose(mean[0], [(0.25 * 2 + 0.5 * 4) / 0.75], rtol=1e-6)
