@@ -15,8 +15,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
-# The structure train_model saves (TFF 0.87 does not export it).
-from tensorflow_federated.python.learning.programs import training_program_logic
 
 import tff_idp
 from tff_idp.engine import program_state
@@ -114,15 +112,8 @@ def _model_fn():
       input_spec=spec)
 
 
-def test_train_model_saves_private_state_and_resumes_from_it(tmp_path, tff_runtime,
-                                                             open_umask):
-  """rPDP-FL under train_model: 2 rounds, every file 0600; then a rerun to 3 rounds resumes.
-
-  A rerun that could not load the state would start over and fail to save
-  version 1 again (TFF refuses an existing version), so reaching version 3
-  shows the round trip.
-  """
-  del open_umask
+def tiny_rpdp_process_and_source():
+  """rPDP-FL's TFF process and a 3-client record-level data source (3 rounds at λ = 1)."""
   rng = np.random.default_rng(0)
   clients = [(rng.normal(size=(6, FEATURES)).astype(np.float32),
               rng.integers(0, CLASSES, 6).astype(np.int32)) for _ in range(3)]
@@ -132,6 +123,19 @@ def test_train_model_saves_private_state_and_resumes_from_it(tmp_path, tff_runti
       _model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
       server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=1,
       noise_multiplier=1.0, clip_norm=1.0)
+  return process, source
+
+
+def test_train_model_saves_private_state_and_resumes_from_it(tmp_path, tff_runtime,
+                                                             open_umask):
+  """rPDP-FL under train_model: 2 rounds, every file 0600; then a rerun to 3 rounds resumes.
+
+  A rerun that could not load the state would start over and fail to save
+  version 1 again (TFF refuses an existing version), so reaching version 3
+  shows the round trip.
+  """
+  del open_umask
+  process, source = tiny_rpdp_process_and_source()
   root = str(tmp_path / "state")
 
   def train(rounds):
@@ -150,13 +154,8 @@ def test_train_model_saves_private_state_and_resumes_from_it(tmp_path, tff_runti
     manager = train(3)
     _assert_private(root)
 
-    async def load():
-      initial = await tff.program.materialize_value(process.initialize())
-      return await manager.load_latest(
-          training_program_logic.ProgramState(initial, 0, 0, source.iterator()))
-
-    saved, version = asyncio.run(load())
-  assert version == 3 and saved[1] == 3
+    trained = tff_idp.load_trained_state(manager, process, source)
+  assert trained.version == 3 and trained.round_number == 3
 
 
 @pytest.mark.parametrize("kwargs", [

@@ -1,42 +1,20 @@
 """Loading train_model's saved program state through the toolkit's public call (issue 51)."""
 import asyncio
-import collections
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 # Only to save a state as train_model does, the way the test's "earlier run" would.
 from tensorflow_federated.python.learning.programs import training_program_logic
 
 import tff_idp
+from tests.engine import test_program_state
 from tff_idp.errors import ToolkitValueError
-
-FEATURES, CLASSES = 3, 2
-
-
-def _model_fn():
-  keras = tf.keras.Sequential([tf.keras.layers.InputLayer(input_shape=(FEATURES,)),
-                               tf.keras.layers.Dense(CLASSES)])
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, FEATURES], tf.float32),
-                                 y=tf.TensorSpec([None], tf.int32))
-  return tff.learning.models.from_keras_model(
-      keras, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=spec)
 
 
 @pytest.fixture(name="process_and_source", scope="module")
 def process_and_source_fixture():
-  rng = np.random.default_rng(0)
-  clients = [(rng.normal(size=(6, FEATURES)).astype(np.float32),
-              rng.integers(0, CLASSES, 6).astype(np.int32)) for _ in range(3)]
-  source = tff_idp.RecordDpDataSource(clients, [np.full(6, 0.5)] * 3, client_rate=1.0,
-                                      rounds=3)
-  process = tff_idp.build_rpdp_fedavg_process(
-      _model_fn, client_optimizer=tff.learning.optimizers.build_sgdm(0.5),
-      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=1,
-      noise_multiplier=1.0, clip_norm=1.0)
-  return process, source
+  return test_program_state.tiny_rpdp_process_and_source()
 
 
 def test_the_latest_saved_version_comes_back_with_its_round_and_iterator(
