@@ -51,3 +51,29 @@ def pytest_sessionfinish(session, exitstatus):
     print(f"\nERROR: {len(leaked)} TFF worker_binary process(es) started outside the "
           "tff_runtime fixture (a test ran TFF without requesting it); stopped them.")
     session.exitstatus = 1
+
+
+def pytest_configure(config):
+  """``TFF_IDP_SPAWN_LOG=<file>``: log every Python process a test starts (issue 52).
+
+  One line per start: the test's id, then the command. Each such process pays
+  a TensorFlow start-up (seconds), so this counts what the suite pays for:
+  ``cut -f1 <file> | sort | uniq -c | sort -n``.
+  """
+  import os  # pylint: disable=g-import-not-at-top
+  log = os.environ.get("TFF_IDP_SPAWN_LOG")
+  if not log:
+    return
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  original = subprocess.Popen.__init__
+
+  def logged(self, args, *a, **k):
+    argv = [args] if isinstance(args, str) else list(args)
+    if argv and str(argv[0]) == sys.executable:
+      test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+      with open(log, "a") as f:
+        f.write(f"{test}\t{' '.join(str(x) for x in argv[1:4])[:120]}\n")
+    original(self, args, *a, **k)
+
+  subprocess.Popen.__init__ = logged

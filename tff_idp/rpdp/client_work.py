@@ -257,9 +257,11 @@ def build_rpdp_fedavg_driver_process(
     server_step = in_process_round.build_server_step(
         aggregator, finalizer, cohort_update.stats_type,
         record_stats.build_finalize_at_server(cohort_update.stats_type), stats_at_server=True)
+    # Record-level DP adds no server noise: the weighted mean takes the cohort as one
+    # client, its weighted mean (issue 49; the same mean, without 1,000 TFF client values).
     return in_process_round.InProcessLearningProcess(
         reference, [], server_step, next_client_work_state=in_process.next_round,
-        cohort_update=cohort_update)
+        cohort_update=cohort_update, collapse_weighted_mean=True)
   copies = parallel_clients or client_execution_lib.default_parallel_clients()
   updates = [in_process.RecordDpClientUpdate(
       model_fn, client_optimizer, local_steps=local_steps, noise_multiplier=noise_multiplier,

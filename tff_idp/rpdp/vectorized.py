@@ -52,6 +52,9 @@ from tff_idp.rpdp import dp_sgd
 from tff_idp.rpdp import record_stats
 from tff_idp.rpdp import records
 
+# Clients whose draws run concurrently in the graph (tf.map_fn's parallel_iterations).
+_PARALLEL_DRAWS = 64
+
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
 
@@ -118,7 +121,7 @@ class VectorizedRecordDpUpdate:
   def _draw(self, fn, seeds, sizes, output):
     """``fn(seed, n)`` for every client, one client at a time in the graph (``tf.map_fn``)."""
     return tf.map_fn(lambda args: fn(args[0], args[1]), (seeds, sizes),
-                     fn_output_signature=output)
+                     fn_output_signature=output, parallel_iterations=_PARALLEL_DRAWS)
 
   def _train_fn(self, initial_weights, x, y, q, sizes, seeds):
     """One chunk: ``(Δ stacked, statistics)`` after every client's τ DP-SGD steps.
@@ -153,7 +156,7 @@ class VectorizedRecordDpUpdate:
     for step in tf.range(self._steps):
       step_seeds = tf.map_fn(
           lambda s: tf.random.experimental.stateless_fold_in(s, tf.cast(step, tf.int64)),
-          seeds)
+          seeds, parallel_iterations=_PARALLEL_DRAWS)
       u = self._draw(mask_of, step_seeds, sizes, tf.TensorSpec([None], tf.float32))
       taken = tf.cast(u < q, tf.float32)  # [clients, N]; padding has q = 0
       with tf.GradientTape() as tape:
@@ -197,9 +200,8 @@ class VectorizedRecordDpUpdate:
   # -- inputs -----------------------------------------------------------------------------
 
   @staticmethod
-  def _unwrap(round_num: Any, client: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                     np.ndarray]:
-    """(x, y, q, round seed) of one client's records (module docstring)."""
+  def _unwrap(client: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x, y, q, secret seed) of one client's records (module docstring)."""
     if isinstance(client, records.RecordArrays):
       x, y, q, seed = client.x, client.y, client.q, client.seed
     elif isinstance(client, tf.data.Dataset):
@@ -210,7 +212,19 @@ class VectorizedRecordDpUpdate:
           "(tff_idp.rpdp.records.record_dataset) or tff_idp.rpdp.records.RecordArrays; got "
           f"{type(client).__name__}.")
     return (np.asarray(x), np.asarray(y), np.asarray(q, np.float32),
-            records.round_seed(seed, round_num).numpy())
+            np.asarray(seed, np.int64))
+
+  def _with_round_seeds(self, round_num: Any, clients: list[tuple]) -> list[tuple]:
+    """``clients`` with each seed replaced by its round seed, folded in for all at once.
+
+    :func:`tff_idp.rpdp.records.round_seed` per client, in one traced call
+    (one eager call per client cost ~0.7 ms, half the round at c = 1,000).
+    """
+    if not clients:
+      return clients
+    seeds = _ROUND_SEEDS(tf.constant(np.stack([c[3] for c in clients])),
+                         tf.constant(round_num, tf.int64)).numpy()
+    return [(x, y, q, seed) for (x, y, q, _), seed in zip(clients, seeds)]
 
   @staticmethod
   def _stack(clients: Sequence[tuple], chunk: Sequence[int]) -> tuple[np.ndarray, ...]:
@@ -232,7 +246,7 @@ class VectorizedRecordDpUpdate:
     (:func:`tff_idp.rpdp.records.round_seed`): pass the round the client work
     is in, a new one every round, or the same datasets draw the same noise.
     """
-    clients = [self._unwrap(round_num, c) for c in client_datasets]
+    clients = self._with_round_seeds(round_num, [self._unwrap(c) for c in client_datasets])
     if not clients:
       raise ToolkitValueError("a cohort needs at least one client.")
     trainable = [np.asarray(w) for w in getattr(initial_weights, "trainable", initial_weights)]
@@ -267,7 +281,7 @@ class VectorizedRecordDpUpdate:
     """Per client, in order: (Δ as numpy arrays, 0/1 update weight, statistics)."""
     if not client_datasets:
       return []
-    clients = [self._unwrap(round_num, c) for c in client_datasets]
+    clients = self._with_round_seeds(round_num, [self._unwrap(c) for c in client_datasets])
     trainable = [tf.convert_to_tensor(w) for w in getattr(initial_weights, "trainable",
                                                           initial_weights)]
     # A step holds every record of the client (masked), as one batch of the widest client.
@@ -286,6 +300,13 @@ class VectorizedRecordDpUpdate:
         results[i] = ([d[j] for d in delta], weight, record_stats.client_stats(
             {k: np.float32(stats[k][j]) for k in record_stats.STAT_KEYS}, weight))
     return results
+
+
+@tf.function(input_signature=[tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([], tf.int64)])
+def _ROUND_SEEDS(seeds: tf.Tensor, round_num: tf.Tensor) -> tf.Tensor:  # pylint: disable=invalid-name
+  """:func:`tff_idp.rpdp.records.round_seed` of every row of ``seeds``."""
+  return tf.map_fn(lambda seed: records.round_seed(seed, round_num), seeds,
+                   parallel_iterations=_PARALLEL_DRAWS)
 
 
 def _pad(values: np.ndarray, n: int) -> np.ndarray:
