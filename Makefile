@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.bench_small_model_rounds
 	$(PY) -m benchmarks.bench_large_cohorts
 	$(PY) -m benchmarks.bench_runner_cohorts
+	$(PY) -m benchmarks.bench_runner_rpdp_apes
 	$(PY) -m benchmarks.bench_apes_rounds
 	$(PY) -m benchmarks.bench_rpdp_cohorts
 	$(PY) -m benchmarks.bench_workers
