@@ -1,21 +1,19 @@
 """experiments.apes: the Table 3/4-style run end to end on a tiny federation, and bad flags."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests import flag_driver
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(args, out, timeout=900):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-  return subprocess.run([sys.executable, "-m", "experiments.apes", "--progress=false",
-                         f"--output_dir={out}", *args], capture_output=True, text=True,
-                        timeout=timeout, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+  return forked_runs.run_module("experiments.apes", ["--progress=false",
+                                                     f"--output_dir={out}", *args],
+                                timeout=timeout)
 
 
 TINY = ["--users=40", "--rounds=2", "--local_epochs=2"]

@@ -1,22 +1,18 @@
 """The canary audit end to end: experiments.audit and --audit_canaries (slow), flag errors."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests import flag_driver
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(module, args, tmp_path, timeout=600):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-  return subprocess.run(
-      [sys.executable, "-m", module, f"--output_dir={tmp_path}", "--progress=false", *args],
-      capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
-      stdin=subprocess.DEVNULL)
+  return forked_runs.run_module(module, [f"--output_dir={tmp_path}", "--progress=false", *args],
+                                timeout=timeout)
 
 
 @pytest.mark.slow

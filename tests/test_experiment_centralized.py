@@ -1,22 +1,19 @@
 """experiments.centralized end to end on a tiny silo (slow), and its flag errors (fast)."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests import flag_driver
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
 
 
 def _run(args, tmp_path, timeout=300):
-  return subprocess.run(
-      [sys.executable, "-m", "experiments.centralized", f"--output_dir={tmp_path}", *args],
-      capture_output=True, text=True, timeout=timeout, env=ENV, cwd=ROOT,
-      stdin=subprocess.DEVNULL)
+  return forked_runs.run_module("experiments.centralized", [f"--output_dir={tmp_path}", *args],
+                                env=ENV, timeout=timeout)
 
 
 @pytest.mark.slow

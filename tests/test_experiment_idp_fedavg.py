@@ -2,20 +2,17 @@
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(args, tmp_path, timeout=600):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-  return subprocess.run(
-      [sys.executable, "-m", "experiments.idp_fedavg", f"--output_dir={tmp_path}",
-       "--progress=false", *args], capture_output=True, text=True, timeout=timeout,
-      env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+  return forked_runs.run_module("experiments.idp_fedavg",
+                                [f"--output_dir={tmp_path}", "--progress=false", *args],
+                                timeout=timeout)
 
 
 @pytest.mark.slow

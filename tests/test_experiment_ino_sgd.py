@@ -2,24 +2,21 @@
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests import flag_driver
 from tests.datasets import fakes
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
 
 
 def _run(args, tmp_path, timeout=600):
-  return subprocess.run(
-      [sys.executable, "-m", "experiments.ino_sgd", f"--output_dir={tmp_path}",
-       "--noprogress", *args],
-      capture_output=True, text=True, timeout=timeout, env=ENV, cwd=ROOT,
-      stdin=subprocess.DEVNULL)
+  return forked_runs.run_module("experiments.ino_sgd",
+                                [f"--output_dir={tmp_path}", "--noprogress", *args],
+                                env=ENV, timeout=timeout)
 
 
 @pytest.mark.slow

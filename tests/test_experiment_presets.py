@@ -7,15 +7,13 @@ import sys
 import pytest
 
 from tests.datasets import fakes
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(module, args, timeout=300):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-  return subprocess.run([sys.executable, "-m", module, "--progress=false", *args],
-                        capture_output=True, text=True, timeout=timeout, env=env,
-                        cwd=ROOT, stdin=subprocess.DEVNULL)
+  return forked_runs.run_module(module, ["--progress=false", *args], timeout=timeout)
 
 
 def test_aldaghri_comparison_sets_its_budgets_runs_and_rate_cap():

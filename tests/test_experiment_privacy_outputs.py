@@ -8,12 +8,11 @@ compare (each distribution costs ~8 s of tracing and training).
 """
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests import secret_scan
+from tests import forked_runs
 from tff_idp.engine.metrics import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,10 +23,7 @@ RUN = os.path.join("50-50", "seed0")
 
 
 def _run(out, *extra):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-  proc = subprocess.run([sys.executable, "-m", "experiments.idp_fedavg",
-                         f"--output_dir={out}", *ARGS, *extra], capture_output=True,
-                        text=True, timeout=600, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+  proc = forked_runs.run_module("experiments.idp_fedavg", [f"--output_dir={out}", *ARGS, *extra])
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc
 

@@ -2,8 +2,6 @@
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,16 +9,14 @@ import pytest
 from tff_idp.accounting.record import rdp_two_stage
 from tff_idp.accounting.record import scf
 from tff_idp.accounting.record.rdp_two_stage import TwoStageParams
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _cli(args, timeout=300):
-  env = dict(os.environ, PYTHONPATH=ROOT)
-  return subprocess.run([sys.executable, "-m", "experiments.scf_curves", *args],
-                        capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
-                        stdin=subprocess.DEVNULL)
+  return forked_runs.run_module("experiments.scf_curves", args, timeout=timeout)
 
 
 def test_cli_writes_png_json_and_table(tmp_path):

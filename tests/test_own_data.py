@@ -5,21 +5,18 @@ import csv
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import datasets
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _run(module: str, args: list, timeout: int = 600) -> subprocess.CompletedProcess:
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-  return subprocess.run([sys.executable, "-m", module, "--progress=false", *args],
-                        capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
-                        stdin=subprocess.DEVNULL)
+  return forked_runs.run_module(module, ["--progress=false", *args], timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,9 @@
 """The README's "Your own data in 10 lines" snippet runs as printed, end to end."""
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,11 +22,9 @@ def test_snippet_is_short(name):
 
 
 def test_snippet_runs_end_to_end(tmp_path):
-  # Verbatim, in a fresh interpreter (the runner owns its TFF worker), from a scratch directory
+  # Verbatim, in a fresh process (the runner owns its TFF worker), from a scratch directory
   # so that its relative output_dir lands there.
-  proc = subprocess.run([sys.executable, "-c", _snippet()], cwd=tmp_path, capture_output=True,
-                        text=True, timeout=900, stdin=subprocess.DEVNULL,
-                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = forked_runs.run_code(_snippet(), cwd=tmp_path, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   table = proc.stdout
   for method in ("ours", "minimum", "dropout", "privacy_free"):
@@ -52,16 +49,12 @@ def test_the_cli_flags_default_to_the_shared_rpdp_settings():
           "from tff_idp.rpdp import runs as record_runs; "
           "bad = [k for k, v in record_runs.DEFAULTS.items() if flags.FLAGS[k].default != v]; "
           "print('mismatch', bad) if bad else print('ok')")
-  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                        timeout=300, stdin=subprocess.DEVNULL,
-                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = forked_runs.run_code(code, timeout=300)
   assert proc.stdout.strip().splitlines()[-1] == "ok", proc.stdout + proc.stderr[-2000:]
 
 
 def test_idp_fedavg_snippet_runs_end_to_end(tmp_path):
-  proc = subprocess.run([sys.executable, "-c", _snippet("own-data-idp-example")], cwd=tmp_path,
-                        capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
-                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = forked_runs.run_code(_snippet("own-data-idp-example"), cwd=tmp_path, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   for run in ("nonprivate", "34-43-23", "scale-34-43-23"):
     assert re.search(rf"^\| {re.escape(run)} \|", proc.stdout, re.M), proc.stdout

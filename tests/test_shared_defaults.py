@@ -5,8 +5,8 @@ in this process's global flag registry.
 """
 import json
 import os
-import subprocess
-import sys
+
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,9 +57,7 @@ print(json.dumps({n: [norm(flags.FLAGS[n].value), norm(runner_default(n))] for n
 
 
 def _compare(module, runner, names):
-  proc = subprocess.run([sys.executable, "-c", _PROBE, module, runner, json.dumps(names)],
-                        capture_output=True, text=True, timeout=300, cwd=ROOT,
-                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = forked_runs.run_code(_PROBE, [module, runner, json.dumps(names)], timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   pairs = json.loads(proc.stdout.strip().splitlines()[-1])
   return {n: v for n, v in pairs.items() if v[0] != v[1]}
@@ -158,10 +156,8 @@ print(json.dumps({"flags": sorted(own),
 
 
 def _effective(module, runner, argv=()):
-  proc = subprocess.run([sys.executable, "-c", _EFFECTIVE_PROBE, module, runner,
-                         json.dumps(list(argv))],
-                        capture_output=True, text=True, timeout=300, cwd=ROOT,
-                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = forked_runs.run_code(_EFFECTIVE_PROBE, [module, runner, json.dumps(list(argv))],
+                              timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 

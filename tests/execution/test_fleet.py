@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from tests import forked_runs
 from tests import processes
 
 from tff_idp.execution import fleet
@@ -121,9 +122,7 @@ def _assert_same_metrics(a, b, skip=("privacy_warning", "seconds")):
 
 def _run(module, args, timeout=600):
   progress = [] if module == "tff_idp.execution.worker" else ["--progress=false"]
-  return subprocess.run([sys.executable, "-m", module, *progress, *args],
-                        capture_output=True, text=True, timeout=timeout, env=_env(),
-                        cwd=ROOT, stdin=subprocess.DEVNULL)
+  return forked_runs.run_module(module, [*progress, *args], env=_env(), timeout=timeout)
 
 
 # --client_execution=tff: the local reference runs TFF's client work too

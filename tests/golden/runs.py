@@ -12,9 +12,9 @@ import json
 import os
 import pathlib
 import re
-import subprocess
 import sys
 from typing import Any
+from tests import forked_runs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN_DIR = pathlib.Path(__file__).resolve().parent / "recorded"
@@ -120,9 +120,7 @@ def run(name: str, workdir: pathlib.Path) -> dict:
   argv = [a.format(out=out, raw=raw) for a in args]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT),
              CUDA_VISIBLE_DEVICES="")
-  proc = subprocess.run([sys.executable, "-m", module, f"--output_dir={out}", *argv],
-                        capture_output=True, text=True, timeout=900, env=env,
-                        cwd=str(ROOT), stdin=subprocess.DEVNULL)
+  proc = forked_runs.run_module(module, [f"--output_dir={out}", *argv], env=env, timeout=900)
   if proc.returncode != 0:
     raise RuntimeError(f"{name}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
   summary = json.loads((out / "summary.json").read_text())

@@ -15,14 +15,13 @@ import csv
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import datasets
 from tests import release_diff  # pylint: disable=g-bad-import-order
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -69,15 +68,12 @@ def _release(out, proc, split, names):
 
 
 def _run(split, out):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-  proc = subprocess.run(
-      [sys.executable, "-m", "experiments.rpdp", f"--dataset={split}", f"--output_dir={out}",
+  proc = forked_runs.run_module(
+      "experiments.rpdp", [f"--dataset={split}", f"--output_dir={out}",
        "--release_only", "--insecure_reproducible_noise", "--distribution=by_class",
        "--class_budgets=0:0.5,1:2", "--methods=ours,minimum,dropout", "--rounds=1",
        "--local_steps=1", "--seeds=0", "--eval_every=1", "--client_rate=1",
-       "--progress=false"],
-      capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
-      stdin=subprocess.DEVNULL)
+       "--progress=false"])
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc
 
