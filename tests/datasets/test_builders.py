@@ -17,6 +17,7 @@ from datasets import partition
 from datasets import sources
 from datasets import specs
 from datasets import sql_split
+from tests import forked_runs
 from tests.datasets import fakes
 
 # ClientData objects are built here; no TFF computation runs, but should one
@@ -320,9 +321,7 @@ def test_split_without_manifest_opens_as_external(built):
 # CLIs.
 # ----------------------------------------------------------------------------
 def _cli(args):
-  return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
-                        timeout=180, cwd=ROOT, stdin=subprocess.DEVNULL,
-                        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  return forked_runs.run_module(args[0], args[1:], timeout=180)
 
 
 def test_build_cli_prints_the_manifest_summary_and_plot_cli_draws_fig1(raw, tmp_path):
