@@ -56,9 +56,11 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_configure(config):
   """``TFF_IDP_SPAWN_LOG=<file>``: log every Python process a test starts (issue 52).
 
-  One line per start: the test's id, then the command. Each such process pays
-  a TensorFlow start-up (seconds), so this counts what the suite pays for:
-  ``cut -f1 <file> | sort | uniq -c | sort -n``.
+  One line per start: the test's id, then the command. An interpreter started
+  for a command that loads TensorFlow pays its import (seconds); a run of
+  ``tests/forked_runs.py`` (logged as ``forked …``) starts from a process that
+  has it loaded. ``cut -f1 <file> | sort | uniq -c | sort -n`` counts them by
+  test.
   """
   import os  # pylint: disable=g-import-not-at-top
   log = os.environ.get("TFF_IDP_SPAWN_LOG")
@@ -73,7 +75,8 @@ def pytest_configure(config):
     if argv and str(argv[0]) == sys.executable:
       test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
       with open(log, "a") as f:
-        f.write(f"{test}\t{' '.join(str(x) for x in argv[1:4])[:120]}\n")
+        command = " ".join(str(x) for x in argv[1:4]).replace("\n", " ")[:120]
+        f.write(f"{test}\t{command}\n")
     original(self, args, *a, **k)
 
   subprocess.Popen.__init__ = logged

@@ -170,6 +170,11 @@ def run_code(code: str, args: Sequence[str] = (), *, env: Optional[dict] = None,
 def _run(module: Optional[str], code: Optional[str], args: Sequence[str], env: Optional[dict],
          cwd: str, timeout: float) -> subprocess.CompletedProcess:
   env = dict(env if env is not None else os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+  log = os.environ.get("TFF_IDP_SPAWN_LOG")  # tests/conftest.py: what the suite starts
+  if log:
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+    with open(log, "a") as f:
+      f.write(f"{test}\tforked {module or '-c'} {' '.join(args)[:80]}\n")
   if os.environ.get("TFF_IDP_TEST_FORK", "1") == "0":
     command = ["-m", module] if module is not None else ["-c", code]
     return subprocess.run([sys.executable, *command, *args], capture_output=True, text=True,
