@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -31,11 +32,21 @@ from typing import Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# What each kind of server imports before it forks runs. "tensorflow": the imports every
+# run would pay; none of them starts a thread (TFF's does: each run imports it). "bare":
+# nothing of TensorFlow, for runs that must show they refuse before it loads.
+_PRELOADS = {
+    "tensorflow": "import tensorflow, tensorflow_privacy, scipy.stats, matplotlib, absl.app",
+    "bare": ("import numpy, scipy.stats, scipy.special, scipy.optimize, dp_accounting, absl.app, "
+             "absl.flags, tqdm, asyncio, unittest, attr"),
+}
+_TENSORFLOW_MODULE = r"(tensorflow|tensorflow_federated|keras)(\.|$)"
+
 _SERVER = r"""
-import json, os, runpy, sys, traceback
-# The imports every run would pay; none of them starts a thread (TFF's does: each run imports it).
-import tensorflow, tensorflow_privacy, scipy.stats, matplotlib  # noqa: F401
+import json, os, re, runpy, sys, traceback
+exec(sys.argv[2])
 reply = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+tensorflow_module = re.compile(sys.argv[3])
 for line in sys.stdin:
   request = json.loads(line)
   pid = os.fork()
@@ -78,6 +89,9 @@ for line in sys.stdin:
       try:
         sys.stdout.flush()
         sys.stderr.flush()
+        if request["modules"]:  # which TensorFlow modules the run loaded
+          with open(request["modules"], "w") as f:
+            json.dump(sorted(m for m in sys.modules if tensorflow_module.match(m)), f)
       finally:
         os._exit(code)
   reply.write(json.dumps({"pid": pid}) + "\n")
@@ -89,10 +103,12 @@ for line in sys.stdin:
 class _Server:
   """The forking server of this test process (module docstring)."""
 
-  def __init__(self):
+  def __init__(self, kind: str):
     read_end, write_end = os.pipe()
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-    self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(write_end)],
+    self.kind = kind
+    self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(write_end), _PRELOADS[kind],
+                                  _TENSORFLOW_MODULE],
                                  stdin=subprocess.PIPE, text=True, cwd=ROOT, env=env,
                                  pass_fds=(write_end,), stdout=subprocess.DEVNULL)
     os.close(write_end)
@@ -114,8 +130,9 @@ class _Server:
       out, err = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
       for path in (out, err):
         open(path, "w").close()
+      modules = os.path.join(scratch, "modules.json") if self.kind == "bare" else ""
       request = dict(module=module, code=code, args=list(args), env=env, cwd=cwd, stdout=out,
-                     stderr=err)
+                     stderr=err, modules=modules)
       self.proc.stdin.write(json.dumps(request) + "\n")
       self.proc.stdin.flush()
       pid = self._reply(60)["pid"]
@@ -125,8 +142,12 @@ class _Server:
         self._reply(60)
         raise subprocess.TimeoutExpired([module or "-c", *args], timeout)
       with open(out) as f_out, open(err) as f_err:
-        return subprocess.CompletedProcess([module or "-c", *args], done["returncode"],
+        proc = subprocess.CompletedProcess([module or "-c", *args], done["returncode"],
                                            f_out.read(), f_err.read())
+      if modules:
+        with open(modules) as f:
+          proc.tensorflow_modules = json.load(f)
+      return proc
 
   def close(self) -> None:
     if self.proc.poll() is None:
@@ -139,36 +160,43 @@ class _Server:
     self.replies.close()
 
 
-_server: Optional[_Server] = None
+_servers: dict = {}
 
 
-def _the_server() -> _Server:
-  global _server
-  if _server is None or _server.proc.poll() is not None:
-    _server = _Server()
-    atexit.register(_server.close)
-  return _server
+def _the_server(kind: str) -> _Server:
+  server = _servers.get(kind)
+  if server is None or server.proc.poll() is not None:
+    server = _servers[kind] = _Server(kind)
+    atexit.register(server.close)
+  return server
 
 
 def run_module(module: str, args: Sequence[str], *, env: Optional[dict] = None,
-               cwd: str = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:
+               cwd: str = ROOT, timeout: float = 600,
+               before_tensorflow: bool = False) -> subprocess.CompletedProcess:
   """``python -m module *args`` (stdin empty), as ``subprocess.run(..., capture_output=True, text=True)``.
 
   ``env``: the run's whole environment (default: this process's, with
   ``PYTHONPATH`` at the repository and ``TF_CPP_MIN_LOG_LEVEL=3``, as the
   server imported TensorFlow under).
+
+  ``before_tensorflow``: fork from a server without TensorFlow, and give the
+  result a ``tensorflow_modules`` attribute: the TensorFlow, TFF and Keras
+  modules loaded when the run ended (``[]`` for a command that finished, or
+  refused its flags, before loading them).
   """
-  return _run(module, None, args, env, cwd, timeout)
+  return _run(module, None, args, env, cwd, timeout, "bare" if before_tensorflow
+              else "tensorflow")
 
 
 def run_code(code: str, args: Sequence[str] = (), *, env: Optional[dict] = None,
              cwd: str = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:
   """``python -c code *args`` (stdin empty), as :func:`run_module` runs a module."""
-  return _run(None, code, args, env, cwd, timeout)
+  return _run(None, code, args, env, cwd, timeout, "tensorflow")
 
 
 def _run(module: Optional[str], code: Optional[str], args: Sequence[str], env: Optional[dict],
-         cwd: str, timeout: float) -> subprocess.CompletedProcess:
+         cwd: str, timeout: float, kind: str) -> subprocess.CompletedProcess:
   env = dict(env if env is not None else os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
   log = os.environ.get("TFF_IDP_SPAWN_LOG")  # tests/conftest.py: what the suite starts
   if log:
@@ -177,6 +205,14 @@ def _run(module: Optional[str], code: Optional[str], args: Sequence[str], env: O
       f.write(f"{test}\tforked {module or '-c'} {' '.join(args)[:80]}\n")
   if os.environ.get("TFF_IDP_TEST_FORK", "1") == "0":
     command = ["-m", module] if module is not None else ["-c", code]
-    return subprocess.run([sys.executable, *command, *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(cwd), stdin=subprocess.DEVNULL)
-  return _the_server().run(module, code, args, env, str(cwd), timeout)
+    importtime = ["-X", "importtime"] if kind == "bare" else []
+    proc = subprocess.run([sys.executable, *importtime, *command, *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=str(cwd),
+                          stdin=subprocess.DEVNULL)
+    if kind == "bare":  # the modules from -X importtime's lines, which leave stderr
+      lines = proc.stderr.splitlines(keepends=True)
+      imported = [l.rsplit("|", 1)[-1].strip() for l in lines if l.startswith("import time:")]
+      proc.stderr = "".join(l for l in lines if not l.startswith("import time:"))
+      proc.tensorflow_modules = sorted(m for m in imported if re.match(_TENSORFLOW_MODULE, m))
+    return proc
+  return _the_server(kind).run(module, code, args, env, str(cwd), timeout)

@@ -1,19 +1,18 @@
 """Every command line refuses a bad flag in one line, exit 2, before TensorFlow is imported.
 
-Each case runs ``python -X importtime -m <module> <bad flags>`` exactly as a
-user would; ``-X importtime`` lists every module the interpreter imported, so
-the test checks that TensorFlow was never loaded (no timing is asserted: a
-refusal measured 0.5-0.8 s on 2 cores, against about 10 s with the import; see
-``benchmarks/bench_flag_errors.py``).
+Each case runs ``python -m <module> <bad flags>`` in a fresh process forked from
+one that has not loaded TensorFlow (``tests/forked_runs.py``, ``before_tensorflow``:
+the run reports the TensorFlow modules it loaded, which must be none;
+``TFF_IDP_TEST_FORK=0`` runs each case as ``python -X importtime -m …`` instead,
+and ``tests/test_forked_runs.py`` checks both give the same on a case). No timing
+is asserted: a refusal measured 0.5-0.8 s on 2 cores, against about 10 s with the
+import; see ``benchmarks/bench_flag_errors.py``.
 """
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import forked_runs
 
 # module -> bad flags and the text the one line must contain. Each kind of
 # check is covered: absl's own (enum, number), the shared rules, and the
@@ -126,20 +125,14 @@ CASES = [
 @pytest.mark.parametrize("module,args,expected", CASES,
                          ids=[f"{m}:{a[0]}" for m, a, _ in CASES])
 def test_bad_flag_is_refused_before_tensorflow_loads(module, args, expected, tmp_path):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
   writes_runs = module.startswith("experiments.") and module != "experiments.scf_curves"
   output = [f"--output_dir={tmp_path / 'out'}"] if writes_runs else []
-  proc = subprocess.run(
-      [sys.executable, "-X", "importtime", "-m", module, *args, *output],
-      capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
-      stdin=subprocess.DEVNULL)
-  imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
-              if line.startswith("import time:")]
-  errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+  proc = forked_runs.run_module(module, [*args, *output], timeout=120, before_tensorflow=True)
+  errors = proc.stderr.splitlines()
   assert proc.returncode == 2, proc.stderr[-2000:]
   assert len(errors) == 1 and errors[0].startswith("error: "), errors
   assert expected in errors[0], errors[0]
-  loaded = [m for m in imported if re.match(r"(tensorflow|tensorflow_federated|keras)(\.|$)", m)]
+  loaded = proc.tensorflow_modules
   assert not loaded, f"{module} imported {loaded[:3]} before refusing the flag"
 
 
@@ -165,12 +158,9 @@ def test_help_lists_the_flags_and_exits_0_before_tensorflow(module, own_flag):
   """
   outputs = {}
   for arg in ("--help", "-h", "--helpfull"):
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", module, arg], capture_output=True,
-        text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL,
-        env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+    proc = forked_runs.run_module(module, [arg], timeout=120, before_tensorflow=True)
     assert proc.returncode == 0, (arg, proc.stderr[-2000:])
-    assert not re.search(r"\|\s+tensorflow\b", proc.stderr), f"{arg} imported TensorFlow"
+    assert not proc.tensorflow_modules, f"{arg} imported TensorFlow"
     assert "Unknown command line flag" not in proc.stdout + proc.stderr
     assert f"{own_flag}" in proc.stdout and "(default:" in proc.stdout, proc.stdout[:2000]
     outputs[arg] = proc.stdout
@@ -194,11 +184,9 @@ def test_an_unusable_output_dir_is_refused_before_tensorflow(module, where, tmp_
   blocker = tmp_path / "a_file"
   blocker.write_text("not a directory")
   out = blocker if where == "a_file" else blocker / "runs"
-  proc = subprocess.run(
-      [sys.executable, "-X", "importtime", "-m", module, f"--output_dir={out}"],
-      capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL,
-      env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3"))
+  proc = forked_runs.run_module(module, [f"--output_dir={out}"], timeout=120,
+                                before_tensorflow=True)
   assert proc.returncode == 2, proc.stderr[-2000:]
-  lines = [l for l in proc.stderr.splitlines() if not l.startswith("import time:")]
+  lines = proc.stderr.splitlines()
   assert lines == [lines[0]] and lines[0].startswith("error: --output_dir="), lines
-  assert not re.search(r"\|\s+tensorflow\b", proc.stderr)
+  assert not proc.tensorflow_modules

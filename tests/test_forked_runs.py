@@ -47,3 +47,25 @@ def test_each_run_is_a_fresh_process():
   second = forked_runs.run_code("import os, sys; print(os.getpid(), 'marker' in sys.modules)")
   assert first.stdout.split()[0] != second.stdout.split()[0]
   assert second.stdout.split()[1] == "False"
+
+
+@pytest.mark.parametrize("args", [["--rounds=0"], ["--help"]])
+def test_a_run_before_tensorflow_equals_the_interpreters_and_lists_what_it_loaded(args,
+                                                                                monkeypatch):
+  """The forked refusal (and help) equals ``python -X importtime -m`` 's, loaded modules too."""
+  forked = forked_runs.run_module("experiments.idp_fedavg", args, before_tensorflow=True)
+  monkeypatch.setenv("TFF_IDP_TEST_FORK", "0")
+  real = forked_runs.run_module("experiments.idp_fedavg", args, before_tensorflow=True)
+  assert (forked.returncode, forked.stdout, forked.stderr) == (real.returncode, real.stdout,
+                                                               real.stderr)
+  assert forked.tensorflow_modules == real.tensorflow_modules == []
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_the_tensorflow_modules_a_run_loaded_are_listed(fork, monkeypatch):
+  monkeypatch.setenv("TFF_IDP_TEST_FORK", fork)
+  proc = forked_runs.run_module("tff_idp.accounting.fast_rdp", [], before_tensorflow=True)
+  assert proc.returncode == 0 and proc.tensorflow_modules == [], proc.stderr
+  proc = forked_runs.run_module("tensorflow.python.platform.build_info", [],
+                                before_tensorflow=True)
+  assert "tensorflow" in proc.tensorflow_modules, proc.stderr[-2000:]
