@@ -1,14 +1,12 @@
-"""Runs an experiment's ``main()`` for many bad flag sets in ONE subprocess.
+"""Runs an experiment's ``main()`` for many bad flag sets in ONE process.
 
-One fresh absl flag registry and one interpreter start for all cases keeps
+The process is forked from one without TensorFlow (``tests/forked_runs.py``).
+One fresh absl flag registry and one process start for all cases keeps
 the "bad flags fail fast with advice" tests at a few seconds in all.
 """
 import json
-import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import forked_runs
 
 _DRIVER = """
 import contextlib, io, json, sys
@@ -31,11 +29,8 @@ print(json.dumps(results))
 
 def run_bad_flags(module: str, base_args: list, cases: list, timeout: int = 300) -> list:
   """``[{"rc", "stderr"}, …]`` per case, then ``{"tensorflow_imported": bool}``."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
-  proc = subprocess.run(
-      [sys.executable, "-c", _DRIVER, module, json.dumps(base_args), json.dumps(cases)],
-      capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
-      stdin=subprocess.DEVNULL)
+  proc = forked_runs.run_code(_DRIVER, [module, json.dumps(base_args), json.dumps(cases)],
+                              timeout=timeout, before_tensorflow=True)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -190,9 +190,11 @@ def run_module(module: str, args: Sequence[str], *, env: Optional[dict] = None,
 
 
 def run_code(code: str, args: Sequence[str] = (), *, env: Optional[dict] = None,
-             cwd: str = ROOT, timeout: float = 600) -> subprocess.CompletedProcess:
+             cwd: str = ROOT, timeout: float = 600,
+             before_tensorflow: bool = False) -> subprocess.CompletedProcess:
   """``python -c code *args`` (stdin empty), as :func:`run_module` runs a module."""
-  return _run(None, code, args, env, cwd, timeout, "tensorflow")
+  return _run(None, code, args, env, cwd, timeout, "bare" if before_tensorflow
+              else "tensorflow")
 
 
 def _run(module: Optional[str], code: Optional[str], args: Sequence[str], env: Optional[dict],
