@@ -87,6 +87,10 @@ for line in sys.stdin:
         code = 1
     finally:
       try:
+        # As the interpreter ends: wait for non-daemon threads, run atexit, flush.
+        import atexit, threading
+        threading._shutdown()
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
         if request["modules"]:  # which TensorFlow modules the run loaded

@@ -69,3 +69,15 @@ def test_the_tensorflow_modules_a_run_loaded_are_listed(fork, monkeypatch):
   proc = forked_runs.run_module("tensorflow.python.platform.build_info", [],
                                 before_tensorflow=True)
   assert "tensorflow" in proc.tensorflow_modules, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_atexit_handlers_and_threads_end_the_run_as_in_an_interpreter(fork, monkeypatch):
+  monkeypatch.setenv("TFF_IDP_TEST_FORK", fork)
+  code = ("import atexit, sys, threading, time\n"
+          "atexit.register(lambda: print('atexit ran'))\n"
+          "threading.Thread(target=lambda: (time.sleep(0.3), print('thread done'))).start()\n"
+          "sys.exit(3)\n")
+  proc = forked_runs.run_code(code)
+  assert proc.returncode == 3
+  assert proc.stdout == "thread done\natexit ran\n"
