@@ -9,9 +9,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# Test processes: one per core (pytest-xdist); each test file stays in one process,
-# so module fixtures are built once. TEST_WORKERS=0 runs everything in this process.
-TEST_WORKERS ?= 2
+# Test processes (pytest-xdist); each test file stays in one process, so module fixtures
+# are built once. Three on 2 cores: much of the suite waits on the processes it starts
+# (command-line runs, TFF workers, signals), and a third process fills those waits.
+# TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 3
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 # Tests marked `bench` (long end-to-end checks whose property a faster test covers) run in
 # `make bench`, not here; PYTEST_ARGS='-m ""' runs every test.

@@ -11,6 +11,7 @@ import time
 from absl import flags
 import pytest
 
+from tests import forked_runs
 from tff_idp import cli
 from tff_idp import console
 from tff_idp.errors import OutputDirError
@@ -91,12 +92,10 @@ def test_every_module_default_passes_the_rules():
   code = ("import importlib, sys; importlib.import_module(sys.argv[1]); "
           "from absl import flags; flags.FLAGS(['x']); "
           "from experiments import cli; cli.check_flags(); print('ok')")
-  procs = [subprocess.Popen([sys.executable, "-c", code, m], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=dict(os.environ, PYTHONPATH=ROOT)) for m in modules]
-  for module, proc in zip(modules, procs):
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0 and out.strip().endswith("ok"), (module, err[-2000:])
+  for module in modules:
+    proc = forked_runs.run_code(code, [module], timeout=300, before_tensorflow=True)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), (module,
+                                                                         proc.stderr[-2000:])
 
 
 def _wrapped(exc: BaseException):
@@ -144,15 +143,10 @@ ENUM_AND_NUMBER_CASES = [
 
 
 def test_modules_turn_absl_parse_errors_into_one_line_and_exit_2(tmp_path):
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
-  procs = [subprocess.Popen([sys.executable, "-m", module, arg,
-                             f"--output_dir={tmp_path / str(i)}"] if module.startswith(
-                                 "experiments") else [sys.executable, "-m", module, arg],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True)
-           for i, (module, arg, _) in enumerate(ENUM_AND_NUMBER_CASES)]
-  for proc, (module, arg, match) in zip(procs, ENUM_AND_NUMBER_CASES):
-    _, err = proc.communicate(timeout=300)
+  for i, (module, arg, match) in enumerate(ENUM_AND_NUMBER_CASES):
+    output = [f"--output_dir={tmp_path / str(i)}"] if module.startswith("experiments") else []
+    proc = forked_runs.run_module(module, [arg, *output], timeout=300, before_tensorflow=True)
+    err = proc.stderr
     lines = [l for l in err.strip().splitlines() if not TF_LOG_LINE.match(l)]
     assert proc.returncode == 2, (module, arg, err[-2000:])
     assert lines[-1].startswith("error: ") and match in lines[-1], (module, arg, lines)

@@ -7,10 +7,10 @@ docs/fleet.md, so a page needs only ``--workers`` of them.
 """
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+
+from tests import forked_runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = {
@@ -31,14 +31,11 @@ DUMP = ("import importlib, json, sys; from absl import flags; importlib.import_m
 
 @pytest.fixture(scope="module")
 def module_flags():
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
-  procs = {m: subprocess.Popen([sys.executable, "-c", DUMP, m], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               stdin=subprocess.DEVNULL) for m in PAGES}
   out = {}
-  for module, proc in procs.items():
-    stdout, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 0, stderr[-2000:]
+  for module in PAGES:  # a fresh process each: importing a module defines its flags
+    proc = forked_runs.run_code(DUMP, [module], timeout=300, before_tensorflow=True)
+    stdout = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-2000:]
     out[module] = sorted({n for names in json.loads(stdout.strip().splitlines()[-1]).values()
                           for n in names} - FLEET_ONLY)
   return out
