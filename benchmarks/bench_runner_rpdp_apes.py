@@ -1,4 +1,4 @@
-"""rPDP-FL and APES cohorts as users run them: ``run_rpdp`` and ``run_apes`` at c ≈ 1,000 (issue 49).
+"""rPDP-FL and APES cohorts as users run them: ``run_rpdp``, ``run_apes`` at c ≈ 1,000 (issue 49).
 
 ``bench_rpdp_cohorts`` and ``bench_apes_rounds`` time the process's round
 alone. This one times the runners a user calls, so every entry's round

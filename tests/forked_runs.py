@@ -1,4 +1,4 @@
-"""Command-line runs for the tests, each a fresh process forked from one with TensorFlow loaded (issue 52).
+"""Command-line runs for the tests, forked from a process that loaded TensorFlow (issue 52).
 
 A test that runs ``python -m experiments.<module> …`` to check what a user
 gets pays TensorFlow's import (about 5 s of CPU on 2 cores) before the run
@@ -13,8 +13,12 @@ start (``subprocess``): anything about the import itself (what is loaded
 before a flag is refused, log levels set before TensorFlow loads, the start-up
 time) and signals sent from outside at a moment of the run.
 
-One server per test process (a pytest-xdist worker), started on first use;
-``TFF_IDP_TEST_FORK=0`` runs every call as a plain subprocess instead.
+A run that must refuse before TensorFlow loads (``before_tensorflow=True``) forks
+from a second server that never imported it, and reports the TensorFlow modules
+it loaded, as ``python -X importtime`` would list them.
+
+One server of each kind per test process (a pytest-xdist worker), started on
+first use; ``TFF_IDP_TEST_FORK=0`` runs every call as a plain subprocess instead.
 """
 from __future__ import annotations
 
@@ -178,7 +182,7 @@ def _the_server(kind: str) -> _Server:
 def run_module(module: str, args: Sequence[str], *, env: Optional[dict] = None,
                cwd: str = ROOT, timeout: float = 600,
                before_tensorflow: bool = False) -> subprocess.CompletedProcess:
-  """``python -m module *args`` (stdin empty), as ``subprocess.run(..., capture_output=True, text=True)``.
+  """``python -m module *args`` (stdin empty), as ``subprocess.run`` captures it (text).
 
   ``env``: the run's whole environment (default: this process's, with
   ``PYTHONPATH`` at the repository and ``TF_CPP_MIN_LOG_LEVEL=3``, as the

@@ -218,11 +218,12 @@ class VectorizedRecordDpUpdate:
     """``clients`` with each seed replaced by its round seed, folded in for all at once.
 
     :func:`tff_idp.rpdp.records.round_seed` per client, in one traced call
-    (one eager call per client cost ~0.7 ms, half the round at c = 1,000).
+    (one eager call per client cost ~0.7 ms each on a loaded machine: 0.77 s of a 1.7 s
+    cohort update at c = 1,000).
     """
     if not clients:
       return clients
-    seeds = _ROUND_SEEDS(tf.constant(np.stack([c[3] for c in clients])),
+    seeds = _round_seeds(tf.constant(np.stack([c[3] for c in clients])),
                          tf.constant(round_num, tf.int64)).numpy()
     return [(x, y, q, seed) for (x, y, q, _), seed in zip(clients, seeds)]
 
@@ -303,7 +304,7 @@ class VectorizedRecordDpUpdate:
 
 
 @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([], tf.int64)])
-def _ROUND_SEEDS(seeds: tf.Tensor, round_num: tf.Tensor) -> tf.Tensor:  # pylint: disable=invalid-name
+def _round_seeds(seeds: tf.Tensor, round_num: tf.Tensor) -> tf.Tensor:
   """:func:`tff_idp.rpdp.records.round_seed` of every row of ``seeds``."""
   return tf.map_fn(lambda seed: records.round_seed(seed, round_num), seeds,
                    parallel_iterations=_PARALLEL_DRAWS)
