@@ -41,6 +41,7 @@ import time
 import numpy as np
 
 from benchmarks import arguments
+from benchmarks import results_file
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results", "runner_rpdp_apes.json")
 CLIENTS, RECORDS, FEATURES, CLASSES, CLIENT_RATE = 2_000, 20, 60, 10, 0.5
@@ -109,16 +110,12 @@ def main(short: int = 2, long: int = 12, per_client_long: int = 5) -> dict:
     summary[family] = {"default_over_" + k.split("(")[1].rstrip(")"): v / default
                        for k, v in per_client.items()}
     summary[family]["default_over_fastest_per_client"] = min(per_client.values()) / default
-  print(json.dumps(summary, indent=1))
-  print(f"load average at end: {os.getloadavg()}", flush=True)
   out = {"rpdp": dict(clients=CLIENTS, records=RECORDS, features=FEATURES, classes=CLASSES,
                       client_rate=CLIENT_RATE),
          "apes": dict(users=APES_USERS), "short": short, "long": long,
-         "per_client_long": per_client_long, "entries": results, "summary": summary}
-  os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-  with open(RESULTS, "w") as f:
-    json.dump(out, f, indent=1)
-  return out
+         "per_client_long": per_client_long, "entries": results, "summary": summary,
+         "load_end": os.getloadavg()}
+  return results_file.report(out, json.dumps(summary, indent=1), RESULTS)
 
 
 if __name__ == "__main__":
