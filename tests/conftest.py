@@ -80,3 +80,47 @@ def pytest_configure(config):
     original(self, args, *a, **k)
 
   subprocess.Popen.__init__ = logged
+
+
+def _tree_cpu_seconds() -> float:
+  """CPU seconds of this process and every live descendant, their reaped children included."""
+  import os  # pylint: disable=g-import-not-at-top
+  tick = os.sysconf("SC_CLK_TCK")
+  parents: dict[int, int] = {}
+  times: dict[int, int] = {}
+  for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f"/proc/{entry}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+      continue
+    parents[int(entry)] = int(fields[1])
+    times[int(entry)] = sum(int(x) for x in fields[11:15])
+  me = os.getpid()
+  total = 0
+  for pid, cpu in times.items():
+    ancestor = pid
+    while ancestor not in (me, 0, 1) and ancestor in parents:
+      ancestor = parents[ancestor]
+    if ancestor == me:
+      total += cpu
+  return total / tick
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  """``TFF_IDP_CPU_LOG=<file>``: CPU seconds each test costs, its processes included (issue 52).
+
+  One line per test: CPU seconds (set-up, call and tear-down; the processes it
+  starts, and module fixtures built for it), then the test's id.
+  """
+  del nextitem
+  import os  # pylint: disable=g-import-not-at-top
+  log = os.environ.get("TFF_IDP_CPU_LOG")
+  before = _tree_cpu_seconds() if log else 0.0
+  yield
+  if log:
+    with open(log, "a") as f:
+      f.write(f"{_tree_cpu_seconds() - before:.2f}\t{item.nodeid}\n")
