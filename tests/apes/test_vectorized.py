@@ -98,8 +98,12 @@ def test_rounds_equal_the_tff_process(mechanism):
     out_a = tff_process.next(state_a, [u.client_input() for u in users])
     out_b = vectorized.next(state_b, inputs)
     state_a, state_b = out_a.state, out_b.state
+    # The reports carry Laplace noise of scale up to ~4 (ε = 0.05); their float32
+    # rounding, summed in another order, once moved a weight by 1.3e-6 (a full-suite
+    # run on 2026-11-29, at the old atol of 1e-6: each run draws its own secret
+    # seed-counter start, so its own noise). Another seed or ε moves them by > 1e-2.
     np.testing.assert_allclose(_flat(state_b.global_model_weights.trainable),
-                               _flat(state_a.global_model_weights.trainable), atol=1e-6)
+                               _flat(state_a.global_model_weights.trainable), atol=1e-5)
     assert state_a.client_work == state_b.client_work == start + round_num + 1
     assert out_b.metrics["client_work"] == out_a.metrics["client_work"] == ()
     assert out_b.metrics["aggregator"]["reports"] == len(users)
