@@ -269,3 +269,44 @@ def test_epsilon_refined_at_q_zero_is_zero():
   """
   assert fast_rdp.epsilon_refined(0.0, 0.5, 100, 1e-5) == 0.0
   assert dp_rdp_epsilon(0.0, 0.5, 100, 1e-5) == 0.0
+
+
+def _fractional_cases(n=40, seed=0):
+  rng = np.random.default_rng(seed)
+  fractional = [o for o in dp_rdp.DEFAULT_RDP_ORDERS if not float(o).is_integer()]
+  cases = [(1e-4, 15.0, 1.7), (0.9, 0.3, 10.9), (1e-7, 0.5, 1.1)]  # long, large q, tiny q
+  for _ in range(n):
+    cases.append((float(10 ** rng.uniform(-7, -0.05)), float(10 ** rng.uniform(-0.5, 1.2)),
+                  float(rng.choice(fractional))))
+  return cases
+
+
+def test_log_a_fractional_equals_dp_accountings_series():
+  """log A_α at fractional orders is dp-accounting's ``_compute_log_a_frac`` (43 seeded cases).
+
+  Catches a wrong term (σ, z₀, the binomial's sign, the mirror term j = α - i),
+  a series stopped early, or orders evaluated at another order's row.
+  """
+  by_setting = {}
+  for q, sigma, alpha in _fractional_cases():
+    by_setting.setdefault((q, sigma), []).append(alpha)
+  by_setting[(0.01, 0.7)] = [1.5, 1.1, 3.3, 10.9]  # several orders in one call, unsorted
+  for (q, sigma), alphas in by_setting.items():
+    ours = fast_rdp.log_a_fractional(q, sigma, np.array(alphas))
+    theirs = np.array([dp_rdp._compute_log_a_frac(q, sigma, a) for a in alphas])
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-13, err_msg=f"{q} {sigma}")
+
+
+def test_a_series_that_does_not_end_is_given_up_and_refined_epsilon_stays_integer(monkeypatch):
+  """NaN terms never end dp-accounting's loop; here they give NaN, and epsilon_refined
+  then keeps the integer-order ε (an upper bound) instead of hanging or using NaN.
+  """
+  q, sigma, rounds, delta = 0.01, 0.5, 100, 1e-5  # the fractional orders help here
+  assert fast_rdp.epsilon_refined(q, sigma, rounds, delta) < fast_rdp.epsilon(
+      q, sigma, rounds, delta)
+  monkeypatch.setattr(fast_rdp, "_MAX_TERMS", 256)
+  assert np.isnan(fast_rdp.log_a_fractional(0.1, float("nan"), np.array([1.5, 2.5]))).all()
+  monkeypatch.setattr(fast_rdp, "log_a_fractional",
+                      lambda q, s, alphas: np.full(len(alphas), np.nan))
+  assert fast_rdp.epsilon_refined(q, sigma, rounds, delta) == fast_rdp.epsilon(
+      q, sigma, rounds, delta)
