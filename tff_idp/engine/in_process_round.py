@@ -273,9 +273,12 @@ def _train_measurements(train_metrics: Any) -> Any:
 class InProcessLearningProcess:
   """A TFF ``LearningProcess`` whose clients train in this process (module docstring).
 
-  ``reference`` is the composed TFF process with the same components: it
-  provides ``initialize``, ``get_model_weights``, ``set_model_weights`` and
-  ``get_hparams``, so states and checkpoints are interchangeable with it.
+  ``reference`` is the composed TFF process with the same components, or its
+  state functions (:class:`~tff_idp.engine.state_functions.StateFunctions`,
+  built without tracing the TFF round, as IDP-FedAvg's builder does): it
+  provides ``initialize``, ``get_model_weights``, ``set_model_weights``,
+  ``get_hparams`` and ``set_hparams``, so states and checkpoints are
+  interchangeable with the TFF process.
 
   ``client_updates`` holds one :class:`ClientUpdate` (its own model copy) per
   client trained at once; each is called with the client work's state as its

@@ -27,6 +27,7 @@ import tensorflow_federated as tff
 from tff_idp.engine.tff_composition import CLIENT_LOOP
 from tff_idp.engine.tff_composition import map_client_results
 from tff_idp.engine import in_process_round
+from tff_idp.engine import state_functions
 from tff_idp.engine import stock_keywords
 from tff_idp.errors import ToolkitValueError
 from tff_idp.idp_fedavg.aggregators import AdaptiveClipDPMeanFactory
@@ -168,7 +169,9 @@ def build_idp_fedavg_driver_process(
   has the same ``initialize`` / ``next(state, client_data)`` / state and
   equal rounds (within float tolerance), but is **not** a TFF computation:
   call its ``next`` from Python, not inside a ``tff.federated_computation``
-  or ``train_model``. Arguments as :func:`build_idp_fedavg_process`, plus:
+  or ``train_model``. Its ``reference`` holds the TFF process's state functions
+  (:mod:`tff_idp.engine.state_functions`), built without tracing the TFF round
+  it does not run. Arguments as :func:`build_idp_fedavg_process`, plus:
 
   Args:
     model_fn: builds a ``tff.learning.models.VariableModel``.
@@ -211,22 +214,27 @@ def build_idp_fedavg_driver_process(
       client_execution, model_fn,
       "the audit's canary clients" if canary_client_work is not None else "",
       parallel_clients, vectorizable=vectorized.vectorizable(model_fn))
-  process = _build_tff_process(
-      model_fn, client_optimizer=client_optimizer, server_optimizer=server_optimizer,
-      noise_multiplier=noise_multiplier,
-      expected_clients_per_round=expected_clients_per_round,
-      per_client_clip_scale=per_client_clip_scale, aggregator_kwargs=aggregator_kwargs,
-      canary_client_work=canary_client_work)
   if client_execution == "tff":
-    return process
+    return _build_tff_process(
+        model_fn, client_optimizer=client_optimizer, server_optimizer=server_optimizer,
+        noise_multiplier=noise_multiplier,
+        expected_clients_per_round=expected_clients_per_round,
+        per_client_clip_scale=per_client_clip_scale, aggregator_kwargs=aggregator_kwargs,
+        canary_client_work=canary_client_work)
+  if noise_multiplier is None and per_client_clip_scale:
+    raise ValueError("per-client clip scales need a noise multiplier (SCALE is DP).")
   factory = _model_aggregator(noise_multiplier, expected_clients_per_round, aggregator_kwargs)
   weighting = (tff.learning.ClientWeighting.NUM_EXAMPLES if noise_multiplier is None
                else tff.learning.ClientWeighting.UNIFORM)
-  with tf.Graph().as_default():
-    weights_type = tff.learning.models.weights_type_from_model(model_fn)
+  initial_weights_fn = _initial_model_weights_fn(model_fn)
+  weights_type = initial_weights_fn.type_signature.result
   aggregator = factory.create(weights_type.trainable, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                                      weights_type)
+  # The state functions of the TFF process (same state), without tracing its round.
+  process = state_functions.compose_state_functions(
+      initial_weights_fn, tff.learning.templates.build_broadcast_process(weights_type),
+      state_functions.model_delta_client_work_state(client_optimizer), aggregator, finalizer)
   if client_execution == "vectorized":
     cohort_update = vectorized.VectorizedModelDeltaUpdate(
         model_fn, client_optimizer, weighting, clip_scale=per_client_clip_scale)
