@@ -1,7 +1,8 @@
 """The state functions built without the round equal the composed TFF process's (issue 52).
 
 For IDP-FedAvg's processes (non-private, DP, SCALE) with an optimizer that
-has hyperparameters on both sides: every state function has the TFF
+has hyperparameters on both sides, and rPDP-FL's (its client work's state the
+secret seed counter): every state function has the TFF
 process's type signature, ``initialize`` gives the same state (its secret
 parts aside), and each function gives the same result on the TFF process's
 state, so states and checkpoints are interchangeable.
@@ -16,6 +17,7 @@ from tff_idp import models  # pylint: disable=g-import-not-at-top
 from tff_idp.engine import state_functions  # pylint: disable=g-import-not-at-top
 from tff_idp.engine.in_process_round import InProcessLearningProcess  # pylint: disable=g-import-not-at-top
 from tff_idp.idp_fedavg import process as process_lib  # pylint: disable=g-import-not-at-top
+from tff_idp.rpdp import client_work as rpdp_client_work  # pylint: disable=g-import-not-at-top
 
 pytestmark = pytest.mark.usefixtures("tff_runtime")
 
@@ -73,6 +75,30 @@ def test_state_functions_equal_the_tff_process(noise, scale):
   # Round trips that a swapped field would break.
   _assert_equal(fast.get_hparams(fast.set_hparams(state, hparams)), hparams)
   _assert_equal(fast.get_model_weights(fast.set_model_weights(state, weights)), weights)
+
+
+@pytest.mark.parametrize("execution", ["in_process", "vectorized"])
+def test_rpdp_state_functions_equal_the_tff_process(execution):
+  """The seed counter's start is a secret drawn at every initialize: its type and the
+  other parts must match, and the setters keep it."""
+  kwargs = dict(client_optimizer=tff.learning.optimizers.build_sgdm(0.2, momentum=0.5),
+                server_optimizer=tff.learning.optimizers.build_adam(0.01), local_steps=2,
+                noise_multiplier=0.7, clip_norm=1.0)
+  tff_process = rpdp_client_work.build_rpdp_fedavg_driver_process(
+      MODEL_FN, client_execution="tff", **kwargs)
+  fast = rpdp_client_work.build_rpdp_fedavg_driver_process(
+      MODEL_FN, client_execution=execution, **kwargs)
+  assert isinstance(fast.reference, state_functions.StateFunctions)
+  for name in FUNCTIONS:
+    assert (getattr(fast, name).type_signature
+            == getattr(tff_process, name).type_signature), name
+  ours, theirs = fast.initialize(), tff_process.initialize()
+  for part in ("global_model_weights", "distributor", "aggregator", "finalizer"):
+    _assert_equal(getattr(ours, part), getattr(theirs, part))
+  assert ours.client_work != theirs.client_work  # two secret draws in [0, 2^62)
+  _assert_equal(fast.get_hparams(theirs), tff_process.get_hparams(theirs))
+  hparams = _scaled(tff_process.get_hparams(theirs), 0.5)
+  _assert_equal(fast.set_hparams(theirs, hparams), tff_process.set_hparams(theirs, hparams))
 
 
 def test_the_state_functions_have_no_round_and_say_where_it_is():

@@ -12,8 +12,9 @@ run specification, for a computation an in-process run never calls.
 exactly as ``tff.learning.templates.compose_learning_process`` does, so the
 state (its type and its values) is the composed process's, and checkpoints
 stay interchangeable. A client work supplies its state part as a
-:class:`ClientWorkState`; :func:`model_delta_client_work_state` is the one
-of TFF's model-delta client work (IDP-FedAvg's).
+:class:`ClientWorkState`: :func:`model_delta_client_work_state` is TFF's
+model-delta client work's (IDP-FedAvg's), :func:`seed_counter_client_work_state`
+that of a client work whose state is its secret seed counter (rPDP-FL's).
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_idp.engine import tff_composition
 
 
 class ClientWorkState(NamedTuple):
@@ -82,6 +85,35 @@ def model_delta_client_work_state(optimizer: tff.learning.optimizers.Optimizer
   def set_hparams(state, hparams):
     del state
     return hparams
+
+  return ClientWorkState(initialize, get_hparams, set_hparams)
+
+
+def seed_counter_client_work_state() -> ClientWorkState:
+  """The state of a client work whose state is its seed counter and which has no hyperparameters.
+
+  ``initialize`` places :func:`tff_idp.engine.tff_composition.round_counter`'s
+  secret start at the server; ``get_hparams`` / ``set_hparams`` are what a
+  ``ClientWorkProcess`` built without them has (an empty ``OrderedDict``; the
+  state unchanged).
+  """
+  initial, _ = tff_composition.round_counter()
+
+  @tff.federated_computation
+  def initialize():
+    return tff.federated_eval(initial, tff.SERVER)
+
+  state_type = initialize.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams(state):
+    del state
+    return collections.OrderedDict()
+
+  @tff.tensorflow.computation(state_type, get_hparams.type_signature.result)
+  def set_hparams(state, hparams):
+    del hparams
+    return state
 
   return ClientWorkState(initialize, get_hparams, set_hparams)
 

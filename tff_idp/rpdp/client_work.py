@@ -37,6 +37,7 @@ import tensorflow_federated as tff
 
 from tff_idp.engine import client_execution as client_execution_lib
 from tff_idp.engine import in_process_round
+from tff_idp.engine import state_functions
 from tff_idp.engine import stock_keywords
 from tff_idp.engine import tff_composition
 from tff_idp.rpdp import dp_sgd
@@ -115,11 +116,8 @@ def build_record_dp_client_work(
   stats_type = client_update.type_signature.result[1]
   finalize_stats = tff.tensorflow.computation(record_stats.finalize, stats_type)
 
-  initial_round, next_round = tff_composition.round_counter()
-
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_eval(initial_round, tff.SERVER)
+  _, next_round = tff_composition.round_counter()
+  init_fn = state_functions.seed_counter_client_work_state().initialize
 
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(weights_type, tff.CLIENTS),
@@ -228,10 +226,6 @@ def build_rpdp_fedavg_driver_process(
       parallel_clients,
       vectorizable=vectorized.vectorizable(model_fn, loss_fn, example_weight_fn,
                                            record_replacement))
-  client_work = build_record_dp_client_work(
-      model_fn, client_optimizer, local_steps=local_steps,
-      noise_multiplier=noise_multiplier, clip_norm=clip_norm, loss_fn=loss_fn,
-      example_weight_fn=example_weight_fn, record_replacement=record_replacement)
   with tf.Graph().as_default():
     weights_type = tff.learning.models.weights_type_from_model(model_fn)
 
@@ -243,12 +237,19 @@ def build_rpdp_fedavg_driver_process(
       weights_type.trainable, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                                       weights_type)
-  reference = tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(weights_type),
-      client_work, aggregator, finalizer)
   if execution == "tff":
-    return reference
+    return tff.learning.templates.compose_learning_process(
+        initial_model_weights_fn,
+        tff.learning.templates.build_broadcast_process(weights_type),
+        build_record_dp_client_work(
+            model_fn, client_optimizer, local_steps=local_steps,
+            noise_multiplier=noise_multiplier, clip_norm=clip_norm, loss_fn=loss_fn,
+            example_weight_fn=example_weight_fn, record_replacement=record_replacement),
+        aggregator, finalizer)
+  # The TFF process's state functions (same state), without tracing its round (issue 52).
+  reference = state_functions.compose_state_functions(
+      initial_model_weights_fn, tff.learning.templates.build_broadcast_process(weights_type),
+      state_functions.seed_counter_client_work_state(), aggregator, finalizer)
   if execution == "vectorized":
     cohort_update = vectorized.VectorizedRecordDpUpdate(
         model_fn, client_optimizer, local_steps=local_steps,
