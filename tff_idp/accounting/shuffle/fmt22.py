@@ -40,8 +40,8 @@ import math
 from typing import Callable, Optional
 
 import numpy as np
-from scipy import stats
 
+from tff_idp.accounting.shuffle import binomial
 from tff_idp.accounting.shuffle import reduction
 
 __all__ = [
@@ -95,8 +95,9 @@ def onestep(c: int, epsilon: float, alpha: float, p_minus_q: bool) -> float:
   effeps = math.log(((e + 1) * alpha - 1) / ((1 + e) * alpha - e))
   beta = 1 / (math.exp(effeps) + 1) if p_minus_q else 1 / (math.exp(-effeps) + 1)
   cutoff = beta * (c + 1)
-  p_c = alpha * stats.binom.cdf(cutoff, c, 0.5) + (1 - alpha) * stats.binom.cdf(cutoff - 1, c, 0.5)
-  q_c = (1 - alpha) * stats.binom.cdf(cutoff, c, 0.5) + alpha * stats.binom.cdf(cutoff - 1, c, 0.5)
+  at, below = binomial.cdf(cutoff, c, 0.5), binomial.cdf(cutoff - 1, c, 0.5)
+  p_c = alpha * at + (1 - alpha) * below
+  q_c = (1 - alpha) * at + alpha * below
   if p_minus_q:
     return p_c - e * q_c
   return (1 - q_c) - e * (1 - p_c)
@@ -191,11 +192,10 @@ def apple_deltacomp_half(n: int, epsilon0: float, epsilon: float,
   """
   p = math.exp(-epsilon0)
   alpha = reduction.alpha_for_epsilon(epsilon0)
-  binom = stats.binom(n - 1, p)
   deltap = deltaq = probused = 0.0
   if n % 2 == 0:
     c = n // 2
-    pc = float(binom.pmf(c))
+    pc = binomial.pmf(c, n - 1, p)
     deltap += pc * onestep(c, epsilon, alpha, True)
     deltaq += pc * onestep(c, epsilon, alpha, False)
     probused = pc
@@ -207,7 +207,8 @@ def apple_deltacomp_half(n: int, epsilon0: float, epsilon: float,
       if s == 0:
         upperc -= 1
       lowerc = upperc - step + 1
-      mass = float(binom.cdf(upperc) - binom.cdf(lowerc) + binom.pmf(lowerc))
+      mass = (binomial.cdf(upperc, n - 1, p) - binomial.cdf(lowerc, n - 1, p)
+              + binomial.pmf(lowerc, n - 1, p))
       lowerc = max(0, lowerc)  # a block reaching below c = 0 holds mass from c = 0 up
       if max(deltap, deltaq) > delta_upper:
         return delta_upper
@@ -263,10 +264,8 @@ def numeric_apple(n: int, epsilon0: float, delta: float, num_iterations: int = 2
     return binary_search(
         lambda e: apple_deltacomp_half(n, epsilon0, e, delta, step, fix_typo),
         delta, num_iterations, eps_upper)
-  binom = stats.binom(n - 1, p)
-
   def mass(lo: int, hi: int) -> float:
-    return float(binom.cdf(hi) - binom.cdf(lo) + binom.pmf(lo))
+    return binomial.cdf(hi, n - 1, p) - binomial.cdf(lo, n - 1, p) + binomial.pmf(lo, n - 1, p)
 
   def delta_fn(eps: float) -> float:
     return apple_deltacomp(n, (n - 1) * p, mass, alpha, eps, delta, step,
