@@ -50,21 +50,28 @@ def _assert_equal(a, b):
   tf.nest.map_structure(np.testing.assert_array_equal, a, b)
 
 
-@pytest.mark.parametrize("noise,scale", [(None, False), (0.5, False), (0.5, True)])
-def test_state_functions_equal_the_tff_process(noise, scale):
-  """Catches a state part out of order or missing, hparams of another part, or a setter
-  that writes the wrong field."""
-  tff_process, fast = _pair(noise, scale)
+def _initial_states(fast, tff_process, equal_parts):
+  """Both processes' initial states, after checking the signatures and the parts that must agree."""
   assert isinstance(fast, InProcessLearningProcess)
   assert isinstance(fast.reference, state_functions.StateFunctions)
   for name in FUNCTIONS:
     assert (getattr(fast, name).type_signature
             == getattr(tff_process, name).type_signature), name
   ours, theirs = fast.initialize(), tff_process.initialize()
-  # The DP aggregator's noise seed is drawn afresh at every initialize (secret).
-  for part in ("global_model_weights", "distributor", "client_work", "finalizer"):
+  for part in equal_parts:
     _assert_equal(getattr(ours, part), getattr(theirs, part))
-  state = theirs  # the TFF process's state, through our functions
+  return ours, theirs
+
+
+@pytest.mark.parametrize("noise,scale", [(None, False), (0.5, False), (0.5, True)])
+def test_state_functions_equal_the_tff_process(noise, scale):
+  """Catches a state part out of order or missing, hparams of another part, or a setter
+  that writes the wrong field."""
+  tff_process, fast = _pair(noise, scale)
+  # The DP aggregator's noise seed is drawn afresh at every initialize (secret).
+  _, state = _initial_states(fast, tff_process,
+                             ("global_model_weights", "distributor", "client_work", "finalizer"))
+  # From here on, the TFF process's state through both processes' functions.
   _assert_equal(fast.get_model_weights(state), tff_process.get_model_weights(state))
   _assert_equal(fast.get_hparams(state), tff_process.get_hparams(state))
   weights = _scaled(tff_process.get_model_weights(state), 1.0, 1.0)
@@ -88,13 +95,8 @@ def test_rpdp_state_functions_equal_the_tff_process(execution):
       MODEL_FN, client_execution="tff", **kwargs)
   fast = rpdp_client_work.build_rpdp_fedavg_driver_process(
       MODEL_FN, client_execution=execution, **kwargs)
-  assert isinstance(fast.reference, state_functions.StateFunctions)
-  for name in FUNCTIONS:
-    assert (getattr(fast, name).type_signature
-            == getattr(tff_process, name).type_signature), name
-  ours, theirs = fast.initialize(), tff_process.initialize()
-  for part in ("global_model_weights", "distributor", "aggregator", "finalizer"):
-    _assert_equal(getattr(ours, part), getattr(theirs, part))
+  ours, theirs = _initial_states(fast, tff_process,
+                                 ("global_model_weights", "distributor", "aggregator", "finalizer"))
   assert ours.client_work != theirs.client_work  # two secret draws in [0, 2^62)
   _assert_equal(fast.get_hparams(theirs), tff_process.get_hparams(theirs))
   hparams = _scaled(tff_process.get_hparams(theirs), 0.5)
