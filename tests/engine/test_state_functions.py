@@ -15,7 +15,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from tff_idp import models  # pylint: disable=g-import-not-at-top
 from tff_idp.engine import state_functions  # pylint: disable=g-import-not-at-top
-from tff_idp.engine.in_process_round import InProcessLearningProcess  # pylint: disable=g-import-not-at-top
+from tff_idp.engine import in_process_round  # pylint: disable=g-import-not-at-top
 from tff_idp.idp_fedavg import process as process_lib  # pylint: disable=g-import-not-at-top
 from tff_idp.rpdp import client_work as rpdp_client_work  # pylint: disable=g-import-not-at-top
 
@@ -52,7 +52,7 @@ def _assert_equal(a, b):
 
 def _initial_states(fast, tff_process, equal_parts):
   """Both processes' initial states, after checking the signatures and the parts that must agree."""
-  assert isinstance(fast, InProcessLearningProcess)
+  assert isinstance(fast, in_process_round.InProcessLearningProcess)
   assert isinstance(fast.reference, state_functions.StateFunctions)
   for name in FUNCTIONS:
     assert (getattr(fast, name).type_signature

@@ -141,9 +141,10 @@ def log_a_fractional(q: float, sigma: float, alphas: np.ndarray,
   Mironov et al. 2019, Sec. 3.3: A_α = A_0 + A_1, two series over i ≥ 0 with
   terms C(α,i) q^i (1-q)^{α-i} e^{(i²-i)/(2σ²)} ½erfc((i-z₀)/(√2σ)) (and the
   mirror term with j = α - i), where ½erfc((i-z₀)/(√2σ)) = Φ((z₀-i)/σ),
-  z₀ = σ² log(1/q - 1) + ½, and C(α,i) changes sign for i > α. The same terms and the same stopping rule as dp-accounting's
-  ``_compute_log_a_frac`` (each series runs to the first i where both terms
-  are below e^-30), for all orders at once and in blocks of doubling length;
+  z₀ = σ² log(1/q - 1) + ½, and C(α,i) changes sign for i > α. The same
+  terms and the same stopping rule as dp-accounting's ``_compute_log_a_frac``
+  (each series runs to the first i where both terms are below e^-30), for
+  all orders at once and in blocks of doubling length;
   each series is summed with its signs around its largest term. Agrees with
   dp-accounting to ~1e-13 (float rounding; tests/accounting/test_fast_rdp.py).
   A series whose signed sum is not positive, or that has not ended after

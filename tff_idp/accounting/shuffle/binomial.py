@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import _boost  # the ufuncs behind scipy.stats.binom's _cdf and _pmf
+# The ufuncs behind scipy.stats.binom's _cdf and _pmf.
+from scipy.stats import _boost  # pylint: disable=protected-access
 
 
 def _clip(value: float) -> float:
@@ -29,7 +30,8 @@ def cdf(k: float, n: int, p: float) -> float:
     return 0.0
   if k >= n:
     return 1.0
-  return _clip(float(_boost._binom_cdf(float(math.floor(k)), float(n), float(p))))  # pylint: disable=protected-access
+  value = _boost._binom_cdf(float(math.floor(k)), float(n), float(p))  # pylint: disable=W0212
+  return _clip(float(value))
 
 
 def pmf(k: float, n: int, p: float) -> float:
@@ -39,4 +41,5 @@ def pmf(k: float, n: int, p: float) -> float:
   if k < 0 or k > n or k != math.floor(k):
     return 0.0
   with np.errstate(divide="ignore"):  # as scipy's _pmf (p = 0 or 1)
-    return _clip(float(_boost._binom_pdf(float(k), float(n), float(p))))  # pylint: disable=protected-access
+    value = _boost._binom_pdf(float(k), float(n), float(p))  # pylint: disable=W0212
+  return _clip(float(value))
