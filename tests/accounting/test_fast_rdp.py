@@ -310,3 +310,30 @@ def test_a_series_that_does_not_end_is_given_up_and_refined_epsilon_stays_intege
                       lambda q, s, alphas: np.full(len(alphas), np.nan))
   assert fast_rdp.epsilon_refined(q, sigma, rounds, delta) == fast_rdp.epsilon(
       q, sigma, rounds, delta)
+
+
+def test_only_the_series_that_has_not_ended_is_given_up(monkeypatch):
+  """At q = 0.01, σ = 0.5 the series at α = 1.1 runs past 448 terms, those at 2.5 and 5.5
+  end within 192: with the cap at 192 only α = 1.1 is NaN, the others are dp-accounting's.
+
+  Catches a give-up that stops the remaining orders too.
+  """
+  monkeypatch.setattr(fast_rdp, "_MAX_TERMS", 192)
+  got = fast_rdp.log_a_fractional(0.01, 0.5, np.array([1.1, 2.5, 5.5]))
+  assert np.isnan(got[0])
+  theirs = [dp_rdp._compute_log_a_frac(0.01, 0.5, a) for a in (2.5, 5.5)]
+  np.testing.assert_allclose(got[1:], theirs, rtol=1e-10)
+
+
+@pytest.mark.parametrize("log_terms,signs,expected", [
+    ([math.log(3.0), 0.0], [1.0, -1.0], math.log(2.0)),
+    ([0.0, 0.0], [1.0, -1.0], math.nan),  # exactly 0
+    ([0.0, math.log(2.0)], [1.0, -1.0], math.nan),  # negative
+    ([700.0, 700.0], [1.0, 1.0], 700.0 + math.log(2.0)),  # summed around the peak: no overflow
+])
+def test_a_signed_sum_that_is_not_positive_is_nan(log_terms, signs, expected):
+  got = fast_rdp._signed_log_sum(np.array(log_terms), np.array(signs))
+  if math.isnan(expected):
+    assert math.isnan(got)
+  else:
+    assert got == pytest.approx(expected, rel=1e-14)

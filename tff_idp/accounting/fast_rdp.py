@@ -187,13 +187,16 @@ def log_a_fractional(q: float, sigma: float, alphas: np.ndarray,
     if not blocks:
       continue
     signs = np.concatenate([b[2] for b in blocks])
-    halves = []
-    for log_s in (np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])):
-      peak = float(log_s.max())
-      total = float(np.dot(signs, np.exp(log_s - peak)))
-      halves.append(peak + math.log(total) if total > 0 else math.nan)
-    out[k] = np.logaddexp(halves[0], halves[1])
+    out[k] = np.logaddexp(_signed_log_sum(np.concatenate([b[0] for b in blocks]), signs),
+                          _signed_log_sum(np.concatenate([b[1] for b in blocks]), signs))
   return out
+
+
+def _signed_log_sum(log_terms: np.ndarray, signs: np.ndarray) -> float:
+  """log Σ signs·exp(log_terms), summed around the largest term; NaN if the sum is not > 0."""
+  peak = float(log_terms.max())
+  total = float(np.dot(signs, np.exp(log_terms - peak)))
+  return peak + math.log(total) if total > 0 else math.nan
 
 
 def rdp_poisson_subsampled_gaussian_many(
