@@ -1,14 +1,13 @@
 """APES / S-APES ledger: Table 3/4 parity, the sound default, flags and errors."""
 import json
 import math
-from typing import Sequence
 
 import numpy as np
 import pytest
 from dp_accounting.pld import common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from scipy import stats
 
+from tests.accounting.shuffle.clone_reference import clip_laplace_clone_probs, clone_delta
 from tff_idp.accounting.shuffle import clip_laplace_reference as clap
 from tff_idp.accounting.shuffle import ledger as L
 
@@ -132,29 +131,6 @@ def test_rounds_error():
 NS, DS, D_SMALL, UD = 400, 1e-4, 10, 1e-2
 
 
-def _clone_delta(probs: Sequence[float], eps_target: float, eps: float) -> float:
-  """δ(ε) of the clone reduction with clone probabilities ``probs`` and target α(ε_target)."""
-  pmf = np.array([1.0])
-  for p in probs:
-    pmf = np.convolve(pmf, [1.0 - p, p])
-  alpha = math.exp(eps_target) / (1.0 + math.exp(eps_target))
-  total = 0.0
-  for c, w in enumerate(pmf):
-    if w < 1e-300:
-      continue
-    k = np.arange(c + 2)
-    b, bm = stats.binom.pmf(k, c, 0.5), stats.binom.pmf(k - 1, c, 0.5)
-    pk, qk = alpha * bm + (1 - alpha) * b, (1 - alpha) * bm + alpha * b
-    total += w * float(np.maximum(pk - math.exp(eps) * qk, 0.0).sum())
-  return total
-
-
-def _clone_probs(others: Sequence[float], eps_target: float) -> np.ndarray:
-  """Exact Clip-Laplace clone probabilities a(ε_j)·b(ε_t)·e^{−ε_j}, written out."""
-  o = np.asarray(others, dtype=np.float64)
-  return (o / (1 - np.exp(-o))) * ((1 - math.exp(-eps_target)) / eps_target) * np.exp(-o)
-
-
 def _composed_delta(eps: float, delta: float, k: int, eps_g: float) -> float:
   """δ(ε_g) of k-fold optimal composition of (ε, δ)-DP (privacy-loss form, by math.comb)."""
   a = math.exp(eps) / (1.0 + math.exp(eps))
@@ -198,7 +174,7 @@ def test_homogeneous_round_against_independent_numbers(homogeneous):
   assert r.epsilon_min == 1.0 and r.epsilon_max == 1.0
   assert r.epsilon_ul == (10.0, 10.0)
   probs = np.full(NS - 1, math.exp(-1.0))
-  _assert_smallest(lambda x: _clone_delta(probs, 1.0, x), r.epsilon_c, DS)
+  _assert_smallest(lambda x: clone_delta(probs, 1.0, x), r.epsilon_c, DS)
   assert 0.15 < r.epsilon_c < 0.25  # a real gain over the local ε = 1
   ul = r.user_level
   assert (ul.k, ul.delta, ul.feasible, ul.method) == (10, UD, True, "exact")
@@ -328,8 +304,8 @@ def test_two_budget_levels_against_independent_numbers():
   assert (lo["epsilon_hi"], lo["users"], hi["epsilon_hi"], hi["users"]) == (0.5, 300, 1.0, 100)
   for lv, eps_u in ((lo, 0.5), (hi, 1.0)):
     others = np.r_[np.full(300 - (eps_u == 0.5), 0.5), np.full(100 - (eps_u == 1.0), 1.0)]
-    probs = _clone_probs(others, eps_u)
-    _assert_smallest(lambda x: _clone_delta(probs, eps_u, x), lv["epsilon_c"], DS)
+    probs = clip_laplace_clone_probs(others, eps_u)
+    _assert_smallest(lambda x: clone_delta(probs, eps_u, x), lv["epsilon_c"], DS)
     _assert_smallest(lambda x: _composed_delta(lv["epsilon_c"], DS, 10, x),
                      lv["user_level_epsilon"], UD)
   assert r.epsilon_c == max(lo["epsilon_c"], hi["epsilon_c"]) == hi["epsilon_c"]
@@ -349,12 +325,12 @@ def test_fmt22_max_bound_small_and_large_n():
   assert r.amplified and "exact FMT22 reduction" in r.reason
   assert r.delta_c == pytest.approx(math.tanh(0.5) * 1e-3, rel=1e-12)
   probs = np.full(99, math.exp(-1.0))
-  _assert_smallest(lambda x: _clone_delta(probs, 1.0, x), r.epsilon_c, 1e-3)
+  _assert_smallest(lambda x: clone_delta(probs, 1.0, x), r.epsilon_c, 1e-3)
   big = np.r_[np.full(NS - 1, 1.0), 0.2]
   rb = L.ApesLedger(big, D_SMALL, DS, UD, bound="fmt22_max", include_pld=False).round_account()
   assert rb.amplified and rb.reason == "" and rb.label.startswith("UniS")
   probs = np.full(NS - 1, math.exp(-1.0))
-  assert _clone_delta(probs, 1.0, rb.epsilon_c) <= DS  # certifies δ_s (over-approximates)
+  assert clone_delta(probs, 1.0, rb.epsilon_c) <= DS  # certifies δ_s (over-approximates)
   assert rb.epsilon_c < 1.0
   assert rb.delta_c == pytest.approx(math.tanh(0.5) * DS, rel=1e-12)
 
@@ -426,8 +402,8 @@ def test_max_levels_is_passed_to_the_population_bound():
   r = L.ApesLedger(e, D_SMALL, DS, UD, max_levels=1, include_pld=False).round_account()
   (lv,) = r.levels
   assert (lv["epsilon_lo"], lv["epsilon_hi"], lv["users"]) == (0.3, 1.5, 300)
-  q = np.sort(_clone_probs(e, 1.5))[:-1]
-  _assert_smallest(lambda x: _clone_delta(q, 1.5, x), r.epsilon_c, DS)
+  q = np.sort(clip_laplace_clone_probs(e, 1.5))[:-1]
+  _assert_smallest(lambda x: clone_delta(q, 1.5, x), r.epsilon_c, DS)
   assert lv["epsilon_c"] == r.epsilon_c
   assert len(L.ApesLedger(e, D_SMALL, DS, UD, max_levels=2,
                           include_pld=False).round_account().levels) == 2

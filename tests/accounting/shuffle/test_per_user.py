@@ -1,11 +1,10 @@
 """Per-user shuffle bound: values, grouping soundness, speed, errors."""
 import math
-from typing import Sequence
 
 import numpy as np
 import pytest
-from scipy import stats
 
+from tests.accounting.shuffle.clone_reference import clip_laplace_clone_probs, clone_delta
 from tff_idp.accounting.shuffle import clip_laplace_reference as clap
 from tff_idp.accounting.shuffle import fmt22
 from tff_idp.accounting.shuffle import per_user
@@ -115,31 +114,6 @@ def test_groups_partition_the_budgets(seed):
 # --- Small populations checked against the clone reduction summed here -----------------
 
 
-def _clone_delta(probs: Sequence[float], eps_target: float, eps: float) -> float:
-  """δ(ε) = Σ_c Pr[C=c]·Σ_k (P_c(k) − e^ε Q_c(k))_+ with C the Poisson-binomial of
-  ``probs`` (pmf by convolution) and P_c, Q_c the α(ε_target)-mixtures of Bin(c, ½)
-  and Bin(c, ½)+1 (FMT22's reduction, written out term by term)."""
-  pmf = np.array([1.0])
-  for p in probs:
-    pmf = np.convolve(pmf, [1.0 - p, p])
-  alpha = math.exp(eps_target) / (1.0 + math.exp(eps_target))
-  total = 0.0
-  for c, w in enumerate(pmf):
-    if w < 1e-300:
-      continue
-    k = np.arange(c + 2)
-    b, bm = stats.binom.pmf(k, c, 0.5), stats.binom.pmf(k - 1, c, 0.5)
-    pk, qk = alpha * bm + (1 - alpha) * b, (1 - alpha) * bm + alpha * b
-    total += w * float(np.maximum(pk - math.exp(eps) * qk, 0.0).sum())
-  return total
-
-
-def _exact_p(others: Sequence[float], eps_target: float) -> np.ndarray:
-  """inf R_j/R_u for Clip-Laplace: ε_j/(1−e^{−ε_j}) · (1−e^{−ε_u})/ε_u · e^{−ε_j}."""
-  o = np.asarray(others, dtype=np.float64)
-  return o / (1 - np.exp(-o)) * (1 - math.exp(-eps_target)) / eps_target * np.exp(-o)
-
-
 def _assert_smallest(delta_fn, eps: float, target: float, step: float = 1e-6):
   """``eps`` certifies δ ≤ target and ``eps − step`` does not: the bisection is tight."""
   assert delta_fn(eps) <= target * (1 + 1e-9)
@@ -160,11 +134,11 @@ def test_bound_small_population_against_reduction_by_hand(u):
   """
   b = per_user.bound(SMALL, u, 1e-4)
   eps_u = float(SMALL[u])
-  probs = _exact_p(np.delete(SMALL, u), eps_u)
+  probs = clip_laplace_clone_probs(np.delete(SMALL, u), eps_u)
   assert b.target_epsilon == eps_u and b.delta == 1e-4
   assert b.users == int(np.sum(SMALL == eps_u))
   assert b.clone_mean == pytest.approx(probs.sum(), rel=1e-12)
-  _assert_smallest(lambda x: _clone_delta(probs, eps_u, x), b.epsilon, 1e-4)
+  _assert_smallest(lambda x: clone_delta(probs, eps_u, x), b.epsilon, 1e-4)
   assert b.amplified and b.epsilon < eps_u
 
 
@@ -176,10 +150,10 @@ def test_group_bound_drops_the_largest_clone_probability():
   the group's lowest budget in place of ε_hi.
   """
   g = per_user.group_bound(SMALL, 0.8, 1e-4)
-  q = np.sort(_exact_p(SMALL, 0.8))[:-1]
+  q = np.sort(clip_laplace_clone_probs(SMALL, 0.8))[:-1]
   assert g.target_epsilon == 0.8 and g.users == 250 and g.delta == 1e-4
   assert g.clone_mean == pytest.approx(q.sum(), rel=1e-12)
-  _assert_smallest(lambda x: _clone_delta(q, 0.8, x), g.epsilon, 1e-4)
+  _assert_smallest(lambda x: clone_delta(q, 0.8, x), g.epsilon, 1e-4)
   for u in (0, 150):  # sound for every member: at least the member's own bound
     assert g.epsilon >= per_user.bound(SMALL, u, 1e-4).epsilon
 
@@ -197,8 +171,8 @@ def test_population_bound_distinct_levels_against_reduction_by_hand():
   assert [lv[:3] for lv in pop.levels] == [(0.3, 0.3, 150), (0.8, 0.8, 100), (1.5, 1.5, 50)]
   for lo, _, _, eps_c in pop.levels:
     u = int(np.flatnonzero(SMALL == lo)[0])
-    probs = _exact_p(np.delete(SMALL, u), lo)
-    _assert_smallest(lambda x: _clone_delta(probs, lo, x), eps_c, 1e-4)
+    probs = clip_laplace_clone_probs(np.delete(SMALL, u), lo)
+    _assert_smallest(lambda x: clone_delta(probs, lo, x), eps_c, 1e-4)
     assert pop.epsilon_for(lo) == eps_c
   assert pop.epsilon == max(lv[3] for lv in pop.levels) == pop.levels[-1][3]
   d = pop.to_dict()
@@ -219,10 +193,10 @@ def test_population_bound_groups_against_reduction_by_hand():
   assert pop.method == "groups" and len(pop.levels) == 2
   (lo1, hi1, n1, e1), (lo2, hi2, n2, e2) = pop.levels
   assert (lo1, hi1, n1, lo2, hi2, n2) == (0.3, 0.3, 150, 0.8, 1.5, 150)
-  q = np.sort(_exact_p(SMALL, 1.5))[:-1]
-  _assert_smallest(lambda x: _clone_delta(q, 1.5, x), e2, 1e-4)
-  q = np.sort(_exact_p(SMALL, 0.3))[:-1]
-  _assert_smallest(lambda x: _clone_delta(q, 0.3, x), e1, 1e-4)
+  q = np.sort(clip_laplace_clone_probs(SMALL, 1.5))[:-1]
+  _assert_smallest(lambda x: clone_delta(q, 1.5, x), e2, 1e-4)
+  q = np.sort(clip_laplace_clone_probs(SMALL, 0.3))[:-1]
+  _assert_smallest(lambda x: clone_delta(q, 0.3, x), e1, 1e-4)
   assert pop.epsilon == e2 > e1
   assert pop.epsilon_for(0.8) == pop.epsilon_for(1.5) == e2
   with pytest.raises(ValueError, match="not one of"):
@@ -280,9 +254,9 @@ def test_iterations_are_halvings_of_zero_to_the_target():
     return eps / (top / 16) == pytest.approx(round(eps / (top / 16)), abs=1e-9)
 
   b = per_user.bound(SMALL, 150, 1e-4, iterations=4)
-  probs = _exact_p(np.delete(SMALL, 150), 0.8)
+  probs = clip_laplace_clone_probs(np.delete(SMALL, 150), 0.8)
   assert on_grid(b.epsilon, 0.8)
-  assert _clone_delta(probs, 0.8, b.epsilon) <= 1e-4 < _clone_delta(probs, 0.8, b.epsilon - 0.05)
+  assert clone_delta(probs, 0.8, b.epsilon) <= 1e-4 < clone_delta(probs, 0.8, b.epsilon - 0.05)
   g = per_user.group_bound(SMALL, 1.5, 1e-4, iterations=4)
   assert on_grid(g.epsilon, 1.5)
   distinct = per_user.population_bound(SMALL, 1e-4, iterations=4)
