@@ -232,6 +232,28 @@ def test_restore_and_continue_after_a_crash(cal, tmp_path, program_context):
     train(process, source, 1, tff.program.FileProgramStateManager(str(tmp_path / "again")))
 
 
+
+class _RoundSavesLost(tff.program.FileProgramStateManager):
+  """Keeps only the initial state's save: a crash before any round's save task ran."""
+
+  async def save(self, program_state, version):
+    if version == 0:
+      await super().save(program_state, version)
+
+
+def test_a_crash_before_any_round_was_saved_resumes_from_the_start_for_free(cal, tmp_path,
+                                                                            program_context):
+  """The other end of the race above, made deterministic: only version 0 on disk. The resume
+  re-selects rounds 1-3 with the restored iterator (the same cohorts, not charged again)."""
+  source = IdpFedAvgDataSource.from_plan(clients(), cal, groups=GROUPS, batch_size=4)
+  process = build_process(cal)
+  with pytest.raises(RuntimeError, match="simulated crash"):
+    train(CrashingProcess(process, 3), source, 3, _RoundSavesLost(str(tmp_path / "run")))
+  manager = tff.program.FileProgramStateManager(str(tmp_path / "run"))
+  assert versions(manager) == [0] and source.rounds_spent == 3
+  train(process, source, 3, manager)
+  assert versions(manager) == [0, 1, 2, 3] and source.rounds_spent == 3
+
 # -- the client inputs and the source's arguments, without TFF ---------------------------
 
 def batches(dataset):
