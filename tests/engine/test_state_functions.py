@@ -103,6 +103,22 @@ def test_rpdp_state_functions_equal_the_tff_process(execution):
   _assert_equal(fast.set_hparams(theirs, hparams), tff_process.set_hparams(theirs, hparams))
 
 
+def test_two_initializes_draw_their_own_secrets():
+  """Two runs built the same way never share noise: each ``initialize()`` of the state
+  functions draws its own DP noise seed (IDP-FedAvg) and seed-counter start (rPDP-FL).
+
+  Catches a seed drawn once at build time and reused by every initialize.
+  """
+  _, fast = _pair(0.5)
+  first, second = fast.initialize(), fast.initialize()
+  assert first.aggregator["noise_seed"] != second.aggregator["noise_seed"]
+  rpdp = rpdp_client_work.build_rpdp_fedavg_driver_process(
+      MODEL_FN, client_optimizer=tff.learning.optimizers.build_sgdm(0.2),
+      server_optimizer=tff.learning.optimizers.build_sgdm(1.0), local_steps=1,
+      noise_multiplier=0.7, clip_norm=1.0, client_execution="vectorized")
+  assert rpdp.initialize().client_work != rpdp.initialize().client_work
+
+
 def test_the_state_functions_have_no_round_and_say_where_it_is():
   _, fast = _pair(None)
   with pytest.raises(AttributeError, match="build_\\*_process"):
